@@ -1,0 +1,34 @@
+"""trainwire: Ray Train's API as a service.
+
+import trainwire
+from trainwire import ScalingConfig, RunConfig, train
+trainwire.init()
+"""
+
+from trainwire import train
+from trainwire.checkpoint import Checkpoint
+from trainwire.client import CoordinatorClient
+from trainwire.config import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig, SyncConfig
+from trainwire.errors import TrainingFailedError, TrainwireError
+from trainwire.result import Result
+from trainwire.session_client import get_client, init, shutdown
+from trainwire.trainer import BaseTrainer, DataParallelTrainer
+
+__all__ = [
+    "BaseTrainer",
+    "Checkpoint",
+    "CheckpointConfig",
+    "CoordinatorClient",
+    "DataParallelTrainer",
+    "FailureConfig",
+    "Result",
+    "RunConfig",
+    "ScalingConfig",
+    "SyncConfig",
+    "TrainingFailedError",
+    "TrainwireError",
+    "get_client",
+    "init",
+    "shutdown",
+    "train",
+]

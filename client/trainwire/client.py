@@ -1,0 +1,130 @@
+"""The low-level gRPC client of the coordinator."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pyarrow as pa
+
+from trainwire.errors import NotFoundError
+from trainwire.grpc_status import from_rpc_error
+from trainwire.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc
+
+UPLOAD_CHUNK_BYTES = 1 << 20
+
+
+def table_to_ipc(table: pa.Table) -> bytes:
+    sink = io.BytesIO()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return sink.getvalue()
+
+
+class CoordinatorClient:
+    """Calls the Coordinator service; failed calls raise the matching TrainwireError.
+
+    Args:
+        address: ``host:port`` of the coordinator.
+        token: Bearer token, when the coordinator requires one.
+        max_message_bytes: Largest message to send or receive.
+    """
+
+    def __init__(self, address: str, token: str | None = None, max_message_bytes: int = 64 << 20) -> None:
+        self.address = address
+        self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
+        self.channel = grpc.insecure_channel(
+            address,
+            options=[
+                ("grpc.max_send_message_length", max_message_bytes),
+                ("grpc.max_receive_message_length", max_message_bytes),
+            ],
+        )
+        self.stub = coordinator_pb2_grpc.CoordinatorStub(self.channel)
+
+    def _call(self, method: str, request: object, **kwargs: object) -> object:
+        try:
+            return getattr(self.stub, method)(request, metadata=self._metadata, **kwargs)
+        except grpc.RpcError as err:
+            raise from_rpc_error(err) from None
+
+    def fit(self, request: coordinator_pb2.FitRequest) -> coordinator_pb2.Run:
+        return self._call("Fit", request)
+
+    def get_run(self, run_id: str) -> coordinator_pb2.Run:
+        return self._call("GetRun", coordinator_pb2.GetRunRequest(run_id=run_id))
+
+    def list_runs(
+        self, states: list[int] | None = None, page_size: int = 100, page_token: str = ""
+    ) -> coordinator_pb2.ListRunsResponse:
+        return self._call(
+            "ListRuns",
+            coordinator_pb2.ListRunsRequest(states=states or [], page_size=page_size, page_token=page_token),
+        )
+
+    def cancel_run(self, run_id: str) -> coordinator_pb2.Run:
+        return self._call("CancelRun", coordinator_pb2.CancelRunRequest(run_id=run_id))
+
+    def watch_run(self, run_id: str, after_event_id: int = 0) -> Iterator[coordinator_pb2.RunEvent]:
+        """Streams events; reconnects from the last event id seen if the stream drops."""
+        last = after_event_id
+        while True:
+            try:
+                for event in self.stub.WatchRun(
+                    coordinator_pb2.WatchRunRequest(run_id=run_id, after_event_id=last),
+                    metadata=self._metadata,
+                ):
+                    last = event.event_id
+                    yield event
+                return
+            except grpc.RpcError as err:
+                if err.code() != grpc.StatusCode.UNAVAILABLE:
+                    raise from_rpc_error(err) from None
+
+    def upload_table(self, table: pa.Table) -> coordinator_pb2.DatasetInfo:
+        """Uploads an Arrow table once: the same content is never sent twice."""
+        data = table_to_ipc(table)
+        sha = hashlib.sha256(data).hexdigest()
+        try:
+            return self._call("GetDataset", coordinator_pb2.GetDatasetRequest(sha256=sha))
+        except NotFoundError:
+            pass
+
+        def parts() -> Iterator[coordinator_pb2.UploadDatasetRequest]:
+            yield coordinator_pb2.UploadDatasetRequest(
+                header=coordinator_pb2.UploadDatasetHeader(sha256=sha, size_bytes=len(data))
+            )
+            for offset in range(0, len(data), UPLOAD_CHUNK_BYTES):
+                yield coordinator_pb2.UploadDatasetRequest(chunk=data[offset : offset + UPLOAD_CHUNK_BYTES])
+
+        return self._call("UploadDataset", parts())
+
+    def download_checkpoint(self, checkpoint: str, directory: str | os.PathLike) -> str:
+        """Downloads a checkpoint (URI or ``<run>/<checkpoint id>``) into a local directory."""
+        directory = Path(directory)
+        handles: dict[str, object] = {}
+        try:
+            for chunk in self.stub.DownloadCheckpoint(
+                coordinator_pb2.DownloadCheckpointRequest(checkpoint=checkpoint), metadata=self._metadata
+            ):
+                target = directory / chunk.path
+                if chunk.path not in handles:
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    handles[chunk.path] = open(target, "wb")  # noqa: SIM115 - closed below
+                handles[chunk.path].write(chunk.data)
+        except grpc.RpcError as err:
+            raise from_rpc_error(err) from None
+        finally:
+            for handle in handles.values():
+                handle.close()
+        return str(directory)
+
+    def close(self) -> None:
+        self.channel.close()
+
+
+TERMINAL_STATES = frozenset({common_pb2.SUCCEEDED, common_pb2.FAILED, common_pb2.CANCELLED})

@@ -1,0 +1,252 @@
+"""Configuration objects mirroring ``ray.train``'s, validated on construction."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from trainwire.errors import InvalidArgumentError
+from trainwire.v1 import common_pb2
+
+_STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
+
+
+def _check_resources(resources: dict[str, float] | None, name: str) -> None:
+    for key, value in (resources or {}).items():
+        if not isinstance(value, int | float) or value < 0:
+            raise InvalidArgumentError(f"{name}[{key!r}] must be a number >= 0, got {value!r}", field=name)
+
+
+@dataclass
+class ScalingConfig:
+    """How many workers a run gets and what each one reserves.
+
+    Args:
+        num_workers: Number of worker processes (>= 1).
+        use_gpu: Give each worker one GPU.
+        resources_per_worker: Resources each worker reserves; default {"CPU": 1}.
+        trainer_resources: Extra resources reserved for the run's trainer bundle.
+        placement_strategy: PACK, SPREAD, STRICT_PACK or STRICT_SPREAD.
+    """
+
+    num_workers: int = 1
+    use_gpu: bool = False
+    resources_per_worker: dict[str, float] | None = None
+    trainer_resources: dict[str, float] | None = None
+    placement_strategy: str = "PACK"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.num_workers, int) or self.num_workers < 1:
+            raise InvalidArgumentError(
+                f"scaling_config.num_workers must be an integer >= 1, got {self.num_workers!r}",
+                field="scaling_config.num_workers",
+            )
+        if self.placement_strategy not in _STRATEGIES:
+            raise InvalidArgumentError(
+                f"scaling_config.placement_strategy must be one of {', '.join(_STRATEGIES)}, "
+                f"got {self.placement_strategy!r}",
+                field="scaling_config.placement_strategy",
+            )
+        _check_resources(self.resources_per_worker, "scaling_config.resources_per_worker")
+        _check_resources(self.trainer_resources, "scaling_config.trainer_resources")
+
+    @property
+    def worker_resources(self) -> dict[str, float]:
+        """What one worker reserves, GPU included."""
+        res = dict(self.resources_per_worker or {"CPU": 1.0})
+        if self.use_gpu:
+            res.setdefault("GPU", 1.0)
+        return res
+
+    def to_proto(self) -> common_pb2.ScalingConfig:
+        return common_pb2.ScalingConfig(
+            num_workers=self.num_workers,
+            use_gpu=self.use_gpu,
+            resources_per_worker=self.resources_per_worker or {},
+            trainer_resources=self.trainer_resources or {},
+            placement_strategy=self.placement_strategy,
+        )
+
+    @classmethod
+    def from_proto(cls, msg: common_pb2.ScalingConfig) -> ScalingConfig:
+        return cls(
+            num_workers=msg.num_workers,
+            use_gpu=msg.use_gpu,
+            resources_per_worker=dict(msg.resources_per_worker) or None,
+            trainer_resources=dict(msg.trainer_resources) or None,
+            placement_strategy=msg.placement_strategy or "PACK",
+        )
+
+
+@dataclass
+class FailureConfig:
+    """How many worker-group failures a run survives.
+
+    Args:
+        max_failures: Restarts from the latest checkpoint; -1 for unlimited.
+        fail_fast: Fail at the first error whatever ``max_failures`` says.
+    """
+
+    max_failures: int = 0
+    fail_fast: bool = False
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.max_failures, int) or self.max_failures < -1:
+            raise InvalidArgumentError(
+                f"run_config.failure_config.max_failures must be -1 (unlimited) or >= 0, got {self.max_failures!r}",
+                field="run_config.failure_config.max_failures",
+            )
+
+    def to_proto(self) -> common_pb2.FailureConfig:
+        return common_pb2.FailureConfig(max_failures=self.max_failures, fail_fast=self.fail_fast)
+
+    @classmethod
+    def from_proto(cls, msg: common_pb2.FailureConfig) -> FailureConfig:
+        return cls(max_failures=msg.max_failures, fail_fast=msg.fail_fast)
+
+
+@dataclass
+class CheckpointConfig:
+    """Which checkpoints a run keeps.
+
+    Args:
+        num_to_keep: Keep the best N (by the score attribute, else the newest);
+            None keeps all. The latest checkpoint is always kept.
+        checkpoint_score_attribute: Metric that ranks checkpoints.
+        checkpoint_score_order: "max" or "min".
+        checkpoint_frequency: Built-in trainers: checkpoint every N iterations.
+        checkpoint_at_end: Built-in trainers: checkpoint when training ends.
+    """
+
+    num_to_keep: int | None = None
+    checkpoint_score_attribute: str | None = None
+    checkpoint_score_order: Literal["max", "min"] = "max"
+    checkpoint_frequency: int = 0
+    checkpoint_at_end: bool = True
+
+    def __post_init__(self) -> None:
+        if self.num_to_keep is not None and (not isinstance(self.num_to_keep, int) or self.num_to_keep < 1):
+            raise InvalidArgumentError(
+                f"run_config.checkpoint_config.num_to_keep must be None (keep all) or >= 1, got {self.num_to_keep!r}",
+                field="run_config.checkpoint_config.num_to_keep",
+            )
+        if self.checkpoint_score_order not in ("max", "min"):
+            raise InvalidArgumentError(
+                f"run_config.checkpoint_config.checkpoint_score_order must be 'max' or 'min', "
+                f"got {self.checkpoint_score_order!r}",
+                field="run_config.checkpoint_config.checkpoint_score_order",
+            )
+        if not isinstance(self.checkpoint_frequency, int) or self.checkpoint_frequency < 0:
+            raise InvalidArgumentError(
+                f"run_config.checkpoint_config.checkpoint_frequency must be >= 0, got {self.checkpoint_frequency!r}",
+                field="run_config.checkpoint_config.checkpoint_frequency",
+            )
+
+    def to_proto(self) -> common_pb2.CheckpointConfig:
+        msg = common_pb2.CheckpointConfig(
+            checkpoint_score_attribute=self.checkpoint_score_attribute or "",
+            checkpoint_score_order=self.checkpoint_score_order,
+            checkpoint_frequency=self.checkpoint_frequency,
+            checkpoint_at_end=self.checkpoint_at_end,
+        )
+        if self.num_to_keep is not None:
+            msg.num_to_keep = self.num_to_keep
+        return msg
+
+    @classmethod
+    def from_proto(cls, msg: common_pb2.CheckpointConfig) -> CheckpointConfig:
+        return cls(
+            num_to_keep=msg.num_to_keep if msg.HasField("num_to_keep") else None,
+            checkpoint_score_attribute=msg.checkpoint_score_attribute or None,
+            checkpoint_score_order=msg.checkpoint_score_order or "max",  # type: ignore[arg-type]
+            checkpoint_frequency=msg.checkpoint_frequency,
+            checkpoint_at_end=msg.checkpoint_at_end if msg.HasField("checkpoint_at_end") else True,
+        )
+
+
+@dataclass
+class SyncConfig:
+    """Mirrors ``ray.train.SyncConfig``; checkpoints go straight to the shared store."""
+
+    sync_period_s: float = 300.0
+    sync_timeout_s: float = 1800.0
+    sync_artifacts: bool = False
+    sync_artifacts_on_checkpoint: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("sync_period_s", "sync_timeout_s"):
+            if getattr(self, name) < 0:
+                raise InvalidArgumentError(
+                    f"run_config.sync_config.{name} must be >= 0", field=f"run_config.sync_config.{name}"
+                )
+
+    def to_proto(self) -> common_pb2.SyncConfig:
+        return common_pb2.SyncConfig(
+            sync_period_s=self.sync_period_s,
+            sync_timeout_s=self.sync_timeout_s,
+            sync_artifacts=self.sync_artifacts,
+            sync_artifacts_on_checkpoint=self.sync_artifacts_on_checkpoint,
+        )
+
+    @classmethod
+    def from_proto(cls, msg: common_pb2.SyncConfig) -> SyncConfig:
+        if msg == common_pb2.SyncConfig():
+            return cls()
+        return cls(msg.sync_period_s, msg.sync_timeout_s, msg.sync_artifacts, msg.sync_artifacts_on_checkpoint)
+
+
+@dataclass
+class RunConfig:
+    """Mirrors ``ray.train.RunConfig``.
+
+    Args:
+        name: The run's name; models are served under it. Default: generated.
+        storage_path: Shared-store URI; default: the coordinator's store.
+        stop: Stop once a reported metric reaches a threshold, e.g.
+            {"training_iteration": 10}.
+        failure_config: Restart policy.
+        checkpoint_config: Retention policy.
+        sync_config: Kept for parity with Ray Train.
+    """
+
+    name: str | None = None
+    storage_path: str | None = None
+    stop: dict[str, float] | None = None
+    failure_config: FailureConfig = field(default_factory=FailureConfig)
+    checkpoint_config: CheckpointConfig = field(default_factory=CheckpointConfig)
+    sync_config: SyncConfig = field(default_factory=SyncConfig)
+    verbose: int = 1
+
+    def __post_init__(self) -> None:
+        if self.name is not None and (not self.name or "/" in self.name or len(self.name) > 200):
+            raise InvalidArgumentError(
+                f"run_config.name must be 1-200 characters without '/', got {self.name!r}",
+                field="run_config.name",
+            )
+        if self.failure_config is None:
+            self.failure_config = FailureConfig()
+        if self.checkpoint_config is None:
+            self.checkpoint_config = CheckpointConfig()
+        if self.sync_config is None:
+            self.sync_config = SyncConfig()
+
+    def to_proto(self) -> common_pb2.RunConfig:
+        return common_pb2.RunConfig(
+            name=self.name or "",
+            storage_path=self.storage_path or "",
+            stop=self.stop or {},
+            failure_config=self.failure_config.to_proto(),
+            checkpoint_config=self.checkpoint_config.to_proto(),
+            sync_config=self.sync_config.to_proto(),
+        )
+
+    @classmethod
+    def from_proto(cls, msg: common_pb2.RunConfig) -> RunConfig:
+        return cls(
+            name=msg.name or None,
+            storage_path=msg.storage_path or None,
+            stop=dict(msg.stop) or None,
+            failure_config=FailureConfig.from_proto(msg.failure_config),
+            checkpoint_config=CheckpointConfig.from_proto(msg.checkpoint_config),
+            sync_config=SyncConfig.from_proto(msg.sync_config),
+        )

@@ -1,0 +1,122 @@
+"""The one error family of trainwire, each error carrying its gRPC status code.
+
+Servicers raise these; ``trainwire.grpc_status`` maps them to gRPC statuses in
+one place, and the clients turn statuses back into these errors.
+"""
+
+from __future__ import annotations
+
+import grpc
+
+
+class TrainwireError(Exception):
+    """Base of every error trainwire reports to a caller.
+
+    Args:
+        message: What went wrong and, where possible, what to change.
+        field: The request field at fault (e.g. ``scaling_config.num_workers``).
+    """
+
+    code: grpc.StatusCode = grpc.StatusCode.INTERNAL
+
+    def __init__(self, message: str, *, field: str = "") -> None:
+        super().__init__(message)
+        self.message = message
+        self.field = field
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class InvalidArgumentError(TrainwireError, ValueError):
+    """Bad input; ``field`` names it."""
+
+    code = grpc.StatusCode.INVALID_ARGUMENT
+
+
+class NotFoundError(TrainwireError, LookupError):
+    """A run, checkpoint, dataset or model that does not exist."""
+
+    code = grpc.StatusCode.NOT_FOUND
+
+
+class AlreadyExistsError(TrainwireError):
+    """Something that must be unique exists already."""
+
+    code = grpc.StatusCode.ALREADY_EXISTS
+
+
+class FailedPreconditionError(TrainwireError):
+    """The request is valid but the system is not in a state to do it."""
+
+    code = grpc.StatusCode.FAILED_PRECONDITION
+
+
+class ResourceExhaustedError(TrainwireError):
+    """Too large, or more than the cluster can ever give."""
+
+    code = grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+class UnauthenticatedError(TrainwireError):
+    code = grpc.StatusCode.UNAUTHENTICATED
+
+
+class PermissionDeniedError(TrainwireError):
+    code = grpc.StatusCode.PERMISSION_DENIED
+
+
+class UnavailableError(TrainwireError):
+    """A transient failure: retry later."""
+
+    code = grpc.StatusCode.UNAVAILABLE
+
+
+class FrameworkNotInstalledError(FailedPreconditionError):
+    """A framework package is missing where it is needed."""
+
+    def __init__(self, framework: str, package: str) -> None:
+        super().__init__(
+            f"{framework} support needs the '{package}' package, which is not installed here; "
+            f"install it with: pip install {package}"
+        )
+
+
+class TrainingFailedError(RuntimeError):
+    """Raised by ``Trainer.fit()`` when the run ends FAILED; ``result`` holds the details."""
+
+    def __init__(self, message: str, result: object) -> None:
+        super().__init__(message)
+        self.result = result
+
+
+_BY_CODE: dict[grpc.StatusCode, type[TrainwireError]] = {
+    cls.code: cls
+    for cls in (
+        InvalidArgumentError,
+        NotFoundError,
+        AlreadyExistsError,
+        FailedPreconditionError,
+        ResourceExhaustedError,
+        UnauthenticatedError,
+        PermissionDeniedError,
+        UnavailableError,
+    )
+}
+
+
+def error_for_code(code: grpc.StatusCode, message: str, field: str = "") -> TrainwireError:
+    """Builds the error class that stands for a gRPC status code."""
+    cls = _BY_CODE.get(code, TrainwireError)
+    err = cls(message, field=field)
+    if cls is TrainwireError:
+        err.code = code
+    return err
+
+
+def require_installed(module: str, framework: str, package: str | None = None) -> None:
+    """Raises FrameworkNotInstalledError unless ``module`` can be imported."""
+    import importlib.util
+
+    if importlib.util.find_spec(module) is None:
+        raise FrameworkNotInstalledError(framework, package or module)

@@ -1,0 +1,88 @@
+"""``trainwire.init()``: connect to a coordinator, or start an embedded one."""
+
+from __future__ import annotations
+
+import atexit
+import os
+import subprocess
+import sys
+import threading
+
+from trainwire.client import CoordinatorClient
+from trainwire.errors import FrameworkNotInstalledError, UnavailableError
+
+_lock = threading.Lock()
+_client: CoordinatorClient | None = None
+_embedded: subprocess.Popen | None = None
+
+
+def _start_embedded(store: str | None, state: str | None, num_cpus: int | None) -> str:
+    global _embedded
+    import importlib.util
+
+    if importlib.util.find_spec("trainwire_coordinator") is None:
+        raise FrameworkNotInstalledError("an embedded coordinator", "trainwire-coordinator")
+    cmd = [sys.executable, "-m", "trainwire_coordinator", "--port", "0"]
+    if store:
+        cmd += ["--store", store]
+    if state:
+        cmd += ["--state", state]
+    if num_cpus:
+        cmd += ["--ray-num-cpus", str(num_cpus)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        if "listening on" in line:
+            _embedded = proc
+            atexit.register(shutdown)
+            # Keep draining stdout so the coordinator never blocks on a full pipe.
+            threading.Thread(target=proc.stdout.read, daemon=True).start()
+            return line.rsplit(" ", 1)[-1].strip()
+    raise UnavailableError(f"the embedded coordinator exited with code {proc.wait()} before listening")
+
+
+def init(
+    address: str | None = None,
+    *,
+    store: str | None = None,
+    state: str | None = None,
+    token: str | None = None,
+    num_cpus: int | None = None,
+) -> CoordinatorClient:
+    """Connects to a coordinator (``address`` or ``TRAINWIRE_ADDRESS``), else starts a local one.
+
+    Args:
+        address: ``host:port`` of a running coordinator.
+        store: Shared store of an embedded coordinator.
+        state: Metadata store of an embedded coordinator.
+        token: Bearer token for a coordinator that requires one (or ``TRAINWIRE_TOKEN``).
+        num_cpus: Logical CPUs of the embedded coordinator's local Ray.
+    """
+    global _client
+    with _lock:
+        if _client is not None:
+            return _client
+        address = address or os.environ.get("TRAINWIRE_ADDRESS") or _start_embedded(store, state, num_cpus)
+        _client = CoordinatorClient(address, token=token or os.environ.get("TRAINWIRE_TOKEN"))
+        return _client
+
+
+def get_client() -> CoordinatorClient:
+    """The client ``init()`` made, initialising with the defaults if needed."""
+    return _client if _client is not None else init()
+
+
+def shutdown() -> None:
+    """Closes the client and stops an embedded coordinator."""
+    global _client, _embedded
+    with _lock:
+        if _client is not None:
+            _client.close()
+            _client = None
+        if _embedded is not None:
+            _embedded.terminate()
+            try:
+                _embedded.wait(30)
+            except subprocess.TimeoutExpired:
+                _embedded.kill()
+            _embedded = None

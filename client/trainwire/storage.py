@@ -1,0 +1,179 @@
+"""Access to the shared store (a local directory or S3) and its layout.
+
+Layout under the store's root::
+
+    runs/<run_id>/checkpoints/<checkpoint_id>/...   checkpoint files + manifest.json
+    runs/<run_id>/checkpoints.json                  the committed index (atomic)
+    names/<run name>.json                           newest run id of that name
+    datasets/<sha256>/data.parquet                  uploads, content-addressed
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import posixpath
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import pyarrow.fs as pafs
+
+from trainwire.errors import InvalidArgumentError, NotFoundError
+
+MANIFEST_NAME = "manifest.json"
+INDEX_NAME = "checkpoints.json"
+_CHUNK = 1 << 20
+
+
+@dataclass(frozen=True)
+class ManifestEntry:
+    """One file of a checkpoint: its path relative to the checkpoint, size and hash."""
+
+    path: str
+    size_bytes: int
+    sha256: str
+
+
+def resolve(uri: str) -> tuple[pafs.FileSystem, str]:
+    """Returns the pyarrow filesystem and path for a store URI or local path."""
+    if not uri:
+        raise InvalidArgumentError("a storage URI is required", field="storage_path")
+    if "://" not in uri:
+        return pafs.LocalFileSystem(), os.path.abspath(os.path.expanduser(uri))
+    try:
+        fs, path = pafs.FileSystem.from_uri(uri)
+    except Exception as exc:  # pyarrow raises ArrowInvalid and friends
+        raise InvalidArgumentError(f"cannot open storage URI {uri!r}: {exc}", field="storage_path") from exc
+    return fs, path
+
+
+class Store:
+    """The shared store rooted at a URI (``file://``, ``s3://`` or a path)."""
+
+    def __init__(self, uri: str) -> None:
+        self.fs, self.root = resolve(uri)
+        self.is_local = isinstance(self.fs, pafs.LocalFileSystem)
+        self.uri = "file://" + self.root if self.is_local else uri.split("?")[0].rstrip("/")
+        # Query options (e.g. an S3 endpoint_override) must travel with every URI.
+        self._query = "" if self.is_local or "?" not in uri else "?" + uri.split("?", 1)[1]
+        if self.is_local:
+            os.makedirs(self.root, exist_ok=True)
+
+    @classmethod
+    def for_filesystem(cls, fs: pafs.FileSystem, root: str) -> Store:
+        """A Store over an already opened filesystem (e.g. a Checkpoint's)."""
+        store = cls.__new__(cls)
+        store.fs, store.root = fs, root
+        store.is_local = isinstance(fs, pafs.LocalFileSystem)
+        store.uri = ("file://" if store.is_local else "") + root
+        store._query = ""
+        return store
+
+    # --- layout -----------------------------------------------------------
+    def path(self, *parts: str) -> str:
+        return posixpath.join(self.root, *parts)
+
+    def uri_of(self, path: str) -> str:
+        """The full URI of a path inside this store (readable with ``resolve``)."""
+        rel = posixpath.relpath(path, self.root)
+        return (self.uri if rel == "." else f"{self.uri}/{rel}") + self._query
+
+    def run_dir(self, run_id: str) -> str:
+        return self.path("runs", run_id)
+
+    def checkpoint_dir(self, run_id: str, checkpoint_id: str) -> str:
+        return self.path("runs", run_id, "checkpoints", checkpoint_id)
+
+    def index_path(self, run_id: str) -> str:
+        return self.path("runs", run_id, INDEX_NAME)
+
+    def name_path(self, name: str) -> str:
+        return self.path("names", quote(name, safe="") + ".json")
+
+    def dataset_dir(self, sha256: str) -> str:
+        return self.path("datasets", sha256)
+
+    # --- files ------------------------------------------------------------
+    def exists(self, path: str) -> bool:
+        return self.fs.get_file_info(path).type != pafs.FileType.NotFound
+
+    def read_bytes(self, path: str) -> bytes:
+        try:
+            with self.fs.open_input_stream(path) as f:
+                return f.read()
+        except FileNotFoundError as exc:
+            raise NotFoundError(f"{self.uri_of(path)} does not exist") from exc
+
+    def read_json(self, path: str) -> Any:
+        return json.loads(self.read_bytes(path))
+
+    def write_bytes(self, path: str, data: bytes) -> None:
+        """Writes a file so that readers see the old or the new content, never a part."""
+        self.fs.create_dir(posixpath.dirname(path), recursive=True)
+        if not self.is_local:
+            # An object store's PUT is atomic already.
+            with self.fs.open_output_stream(path) as f:
+                f.write(data)
+            return
+        tmp = f"{path}.tmp-{uuid.uuid4().hex}"
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+
+    def write_json(self, path: str, obj: Any) -> None:
+        self.write_bytes(path, json.dumps(obj, indent=1, sort_keys=True).encode())
+
+    def delete_dir(self, path: str) -> None:
+        if self.exists(path):
+            self.fs.delete_dir(path)
+
+    def list_dir(self, path: str) -> list[str]:
+        """Names of the entries directly in a directory ([] if it is missing)."""
+        if not self.exists(path):
+            return []
+        return [posixpath.basename(i.path) for i in self.fs.get_file_info(pafs.FileSelector(path))]
+
+    def upload_dir(self, local_dir: str | os.PathLike, dest: str) -> list[ManifestEntry]:
+        """Copies a local directory into the store, hashing as it goes."""
+        entries = []
+        local_dir = Path(local_dir)
+        for src in sorted(p for p in local_dir.rglob("*") if p.is_file()):
+            rel = src.relative_to(local_dir).as_posix()
+            target = posixpath.join(dest, rel)
+            self.fs.create_dir(posixpath.dirname(target), recursive=True)
+            digest = hashlib.sha256()
+            size = 0
+            with open(src, "rb") as fin, self.fs.open_output_stream(target) as fout:
+                while chunk := fin.read(_CHUNK):
+                    digest.update(chunk)
+                    size += len(chunk)
+                    fout.write(chunk)
+            entries.append(ManifestEntry(rel, size, digest.hexdigest()))
+        return entries
+
+    def download_dir(self, src: str, local_dir: str | os.PathLike) -> None:
+        """Copies a directory of the store into a local directory."""
+        infos = self.fs.get_file_info(pafs.FileSelector(src, recursive=True, allow_not_found=True))
+        if not infos and not self.exists(src):
+            raise NotFoundError(f"{self.uri_of(src)} does not exist")
+        os.makedirs(local_dir, exist_ok=True)
+        for info in infos:
+            if info.type != pafs.FileType.File:
+                continue
+            rel = posixpath.relpath(info.path, src)
+            target = Path(local_dir, rel)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with self.fs.open_input_stream(info.path) as fin, open(target, "wb") as fout:
+                while chunk := fin.read(_CHUNK):
+                    fout.write(chunk)
+
+    def walk_files(self, src: str) -> list[tuple[str, int]]:
+        """(path relative to src, size) of every file under a directory."""
+        infos = self.fs.get_file_info(pafs.FileSelector(src, recursive=True, allow_not_found=True))
+        return sorted((posixpath.relpath(i.path, src), i.size) for i in infos if i.type == pafs.FileType.File)

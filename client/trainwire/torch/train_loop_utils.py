@@ -1,0 +1,68 @@
+"""Helpers for torch training loops, as in ``ray.train.torch``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def get_device() -> Any:
+    """The device of this worker: its GPU when one is assigned, else the CPU."""
+    import torch
+
+    from trainwire import train
+
+    if torch.cuda.is_available():
+        return torch.device("cuda", train.get_context().get_local_rank() % torch.cuda.device_count())
+    return torch.device("cpu")
+
+
+def prepare_model(model: Any, move_to_device: bool = True, parallel_strategy: str | None = "ddp") -> Any:
+    """Moves the model to this worker's device and wraps it in DistributedDataParallel."""
+    import torch
+    from torch.nn.parallel import DistributedDataParallel
+
+    device = get_device()
+    if move_to_device:
+        model = model.to(device)
+    if parallel_strategy == "ddp" and torch.distributed.is_initialized() and torch.distributed.get_world_size() > 1:
+        device_ids = [device.index] if device.type == "cuda" else None
+        model = DistributedDataParallel(model, device_ids=device_ids)
+    return model
+
+
+def prepare_data_loader(data_loader: Any, add_dist_sampler: bool = True, move_to_device: bool = True) -> Any:
+    """Gives each worker its own part of the data (a DistributedSampler), batches on its device."""
+    import torch
+    from torch.utils.data import DataLoader, DistributedSampler, IterableDataset, RandomSampler
+
+    if add_dist_sampler and torch.distributed.is_initialized() and torch.distributed.get_world_size() > 1:
+        if not isinstance(data_loader.dataset, IterableDataset):
+            shuffle = isinstance(data_loader.sampler, RandomSampler)
+            data_loader = DataLoader(
+                data_loader.dataset,
+                batch_size=data_loader.batch_size,
+                sampler=DistributedSampler(data_loader.dataset, shuffle=shuffle),
+                num_workers=data_loader.num_workers,
+                collate_fn=data_loader.collate_fn,
+                pin_memory=data_loader.pin_memory,
+                drop_last=data_loader.drop_last,
+            )
+    if not move_to_device:
+        return data_loader
+    device = get_device()
+    return _DeviceLoader(data_loader, device) if device.type != "cpu" else data_loader
+
+
+class _DeviceLoader:
+    def __init__(self, loader: Any, device: Any) -> None:
+        self.loader, self.device = loader, device
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+    def __iter__(self):  # noqa: ANN204
+        for batch in self.loader:
+            if isinstance(batch, list | tuple):
+                yield type(batch)(b.to(self.device) for b in batch)
+            else:
+                yield batch.to(self.device)

@@ -1,0 +1,205 @@
+"""Trainers: build a FitRequest, start the run, watch it, return a Result."""
+
+from __future__ import annotations
+
+import inspect
+import sys
+import sysconfig
+from collections.abc import Callable
+from typing import Any
+
+import cloudpickle
+import pandas as pd
+import pyarrow as pa
+from google.protobuf import json_format
+
+from trainwire.checkpoint import Checkpoint
+from trainwire.client import TERMINAL_STATES, CoordinatorClient
+from trainwire.config import RunConfig, ScalingConfig
+from trainwire.errors import InvalidArgumentError, TrainingFailedError
+from trainwire.progress import RunProgress
+from trainwire.result import Result
+from trainwire.session_client import get_client
+from trainwire.v1 import common_pb2, coordinator_pb2
+
+DatasetLike = pd.DataFrame | pa.Table | str
+
+
+def _installed(module_name: str) -> bool:
+    """True for modules of the standard library or site-packages (importable on workers)."""
+    module = sys.modules.get(module_name)
+    path = getattr(module, "__file__", None) or ""
+    roots = {sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")}
+    return module is None or not path or any(path.startswith(r) for r in roots)
+
+
+def pickle_by_value(obj: Any) -> bytes:
+    """cloudpickle, shipping the code of the caller's own modules (workers cannot import them)."""
+    module_name = getattr(obj, "__module__", None) or type(obj).__module__
+    module = sys.modules.get(module_name)
+    if module is None or module_name == "__main__" or _installed(module_name):
+        return cloudpickle.dumps(obj)
+    cloudpickle.register_pickle_by_value(module)
+    try:
+        return cloudpickle.dumps(obj)
+    finally:
+        cloudpickle.unregister_pickle_by_value(module)
+
+
+def to_struct(values: dict[str, Any] | None, field: str) -> Any:
+    from google.protobuf import struct_pb2
+
+    msg = struct_pb2.Struct()
+    try:
+        json_format.ParseDict(values or {}, msg)
+    except (json_format.ParseError, TypeError) as exc:
+        raise InvalidArgumentError(f"{field} must hold JSON values: {exc}", field=field) from exc
+    return msg
+
+
+class BaseTrainer:
+    """Common parts of every trainer, as ``ray.train.base_trainer.BaseTrainer``.
+
+    Args:
+        scaling_config: Workers and resources.
+        run_config: Name, checkpoint and failure policies.
+        datasets: Name -> pandas DataFrame, Arrow table, or parquet/csv URI.
+        resume_from_checkpoint: Start from this checkpoint (its URI must be in a store the workers read).
+        preprocessor: A Ray Data preprocessor applied before training.
+        metadata: Free-form JSON metadata recorded with the run.
+    """
+
+    framework = ""
+    checkpoint_cls: type[Checkpoint] = Checkpoint
+
+    def __init__(
+        self,
+        *,
+        scaling_config: ScalingConfig | None = None,
+        run_config: RunConfig | None = None,
+        datasets: dict[str, DatasetLike] | None = None,
+        resume_from_checkpoint: Checkpoint | None = None,
+        preprocessor: Any = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> None:
+        self.scaling_config = scaling_config or ScalingConfig()
+        self.run_config = run_config or RunConfig()
+        self.datasets = datasets or {}
+        self.resume_from_checkpoint = resume_from_checkpoint
+        self.preprocessor = preprocessor
+        self.metadata = metadata or {}
+        if not isinstance(self.scaling_config, ScalingConfig):
+            raise InvalidArgumentError("scaling_config must be a ScalingConfig", field="scaling_config")
+        if not isinstance(self.run_config, RunConfig):
+            raise InvalidArgumentError("run_config must be a RunConfig", field="run_config")
+
+    # --- request building ------------------------------------------------------
+    def _fill_spec(self, request: coordinator_pb2.FitRequest) -> None:
+        raise NotImplementedError
+
+    def _total_iterations(self) -> int | None:
+        return None
+
+    def _dataset_ref(self, client: CoordinatorClient, name: str, data: Any) -> coordinator_pb2.DatasetRef:
+        if isinstance(data, str):
+            return coordinator_pb2.DatasetRef(uri=data)
+        if isinstance(data, pd.DataFrame):
+            data = pa.Table.from_pandas(data, preserve_index=False)
+        elif hasattr(data, "to_arrow_refs"):  # a ray.data.Dataset
+            import ray
+
+            data = pa.concat_tables(ray.get(data.to_arrow_refs()))
+        if not isinstance(data, pa.Table):
+            raise InvalidArgumentError(
+                f"datasets[{name!r}] must be a pandas DataFrame, an Arrow table or a URI, got {type(data).__name__}",
+                field=f"datasets[{name}]",
+            )
+        return client.upload_table(data).ref
+
+    def build_request(self, client: CoordinatorClient) -> coordinator_pb2.FitRequest:
+        request = coordinator_pb2.FitRequest(
+            framework=self.framework,
+            scaling_config=self.scaling_config.to_proto(),
+            run_config=self.run_config.to_proto(),
+            metadata=to_struct(self.metadata, "metadata"),
+        )
+        for name, data in self.datasets.items():
+            request.datasets[name].CopyFrom(self._dataset_ref(client, name, data))
+        if self.resume_from_checkpoint is not None:
+            request.resume_from_checkpoint = self.resume_from_checkpoint.uri
+        if self.preprocessor is not None:
+            request.pickled_preprocessor = pickle_by_value(self.preprocessor)
+        self._fill_spec(request)
+        return request
+
+    # --- running -----------------------------------------------------------------
+    def fit(self) -> Result:
+        """Runs training to the end and returns its Result.
+
+        Raises:
+            TrainingFailedError: The run failed or was cancelled; ``.result`` holds the details.
+        """
+        client = get_client()
+        run = client.fit(self.build_request(client))
+        history: list[dict[str, Any]] = []
+        with RunProgress(run.name, self._total_iterations(), enabled=bool(self.run_config.verbose)) as progress:
+            for event in client.watch_run(run.run_id):
+                kind = event.WhichOneof("kind")
+                if kind == "metrics":
+                    metrics = json_format.MessageToDict(event.metrics.metrics)
+                    history.append(metrics)
+                    progress.metrics(metrics)
+                elif kind == "state_change":
+                    progress.state(common_pb2.RunState.Name(event.state_change.state), event.state_change.reason)
+                    if event.state_change.state in TERMINAL_STATES:
+                        break
+        run = client.get_run(run.run_id)
+        result = Result.from_run(run, history, self.checkpoint_cls)
+        if run.state != common_pb2.SUCCEEDED:
+            detail = str(result.error) if result.error else run.state_reason
+            raise TrainingFailedError(f"run {run.name!r} ({run.run_id}) ended {result.state}: {detail}", result)
+        return result
+
+
+class DataParallelTrainer(BaseTrainer):
+    """Runs ``train_loop_per_worker`` on every worker, as ``ray.train.DataParallelTrainer``.
+
+    Args:
+        train_loop_per_worker: A function taking ``config`` (or nothing), or an
+            entry point ``"package.module:function"`` installed on the workers.
+        train_loop_config: Passed to the loop.
+        backend_config: Framework options (e.g. torch ``{"backend": "gloo"}``).
+    """
+
+    def __init__(
+        self,
+        train_loop_per_worker: Callable[..., Any] | str,
+        *,
+        train_loop_config: dict[str, Any] | None = None,
+        backend_config: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        if not (callable(train_loop_per_worker) or isinstance(train_loop_per_worker, str)):
+            raise InvalidArgumentError(
+                "train_loop_per_worker must be a function or 'package.module:function'",
+                field="data_parallel.train_loop",
+            )
+        if callable(train_loop_per_worker) and len(inspect.signature(train_loop_per_worker).parameters) > 1:
+            raise InvalidArgumentError(
+                "train_loop_per_worker must take one argument (config) or none",
+                field="data_parallel.train_loop",
+            )
+        self.train_loop_per_worker = train_loop_per_worker
+        self.train_loop_config = train_loop_config
+        self.backend_config = backend_config or {}
+
+    def _fill_spec(self, request: coordinator_pb2.FitRequest) -> None:
+        spec = request.data_parallel
+        if isinstance(self.train_loop_per_worker, str):
+            spec.train_loop.entry_point = self.train_loop_per_worker
+        else:
+            spec.train_loop.pickled_function = pickle_by_value(self.train_loop_per_worker)
+        if self.train_loop_config is not None:
+            spec.pickled_train_loop_config = cloudpickle.dumps(self.train_loop_config)
+        spec.backend_config.CopyFrom(to_struct(self.backend_config, "data_parallel.backend_config"))

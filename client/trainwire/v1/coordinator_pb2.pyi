@@ -1,0 +1,279 @@
+import datetime
+
+from google.protobuf import struct_pb2 as _struct_pb2
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from trainwire.v1 import common_pb2 as _common_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class DatasetRef(_message.Message):
+    __slots__ = ("uri", "format")
+    URI_FIELD_NUMBER: _ClassVar[int]
+    FORMAT_FIELD_NUMBER: _ClassVar[int]
+    uri: str
+    format: str
+    def __init__(self, uri: _Optional[str] = ..., format: _Optional[str] = ...) -> None: ...
+
+class TrainLoop(_message.Message):
+    __slots__ = ("pickled_function", "entry_point")
+    PICKLED_FUNCTION_FIELD_NUMBER: _ClassVar[int]
+    ENTRY_POINT_FIELD_NUMBER: _ClassVar[int]
+    pickled_function: bytes
+    entry_point: str
+    def __init__(self, pickled_function: _Optional[bytes] = ..., entry_point: _Optional[str] = ...) -> None: ...
+
+class DataParallelSpec(_message.Message):
+    __slots__ = ("train_loop", "train_loop_config", "pickled_train_loop_config", "backend_config")
+    TRAIN_LOOP_FIELD_NUMBER: _ClassVar[int]
+    TRAIN_LOOP_CONFIG_FIELD_NUMBER: _ClassVar[int]
+    PICKLED_TRAIN_LOOP_CONFIG_FIELD_NUMBER: _ClassVar[int]
+    BACKEND_CONFIG_FIELD_NUMBER: _ClassVar[int]
+    train_loop: TrainLoop
+    train_loop_config: _struct_pb2.Struct
+    pickled_train_loop_config: bytes
+    backend_config: _struct_pb2.Struct
+    def __init__(self, train_loop: _Optional[_Union[TrainLoop, _Mapping]] = ..., train_loop_config: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., pickled_train_loop_config: _Optional[bytes] = ..., backend_config: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ...) -> None: ...
+
+class GBDTSpec(_message.Message):
+    __slots__ = ("params", "label_column", "num_boost_round", "dmatrix_params")
+    PARAMS_FIELD_NUMBER: _ClassVar[int]
+    LABEL_COLUMN_FIELD_NUMBER: _ClassVar[int]
+    NUM_BOOST_ROUND_FIELD_NUMBER: _ClassVar[int]
+    DMATRIX_PARAMS_FIELD_NUMBER: _ClassVar[int]
+    params: _struct_pb2.Struct
+    label_column: str
+    num_boost_round: int
+    dmatrix_params: _struct_pb2.Struct
+    def __init__(self, params: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., label_column: _Optional[str] = ..., num_boost_round: _Optional[int] = ..., dmatrix_params: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ...) -> None: ...
+
+class SklearnSpec(_message.Message):
+    __slots__ = ("pickled_estimator", "estimator_class", "estimator_params", "label_column", "cv", "scoring", "return_train_score_cv", "parallelize_cv")
+    PICKLED_ESTIMATOR_FIELD_NUMBER: _ClassVar[int]
+    ESTIMATOR_CLASS_FIELD_NUMBER: _ClassVar[int]
+    ESTIMATOR_PARAMS_FIELD_NUMBER: _ClassVar[int]
+    LABEL_COLUMN_FIELD_NUMBER: _ClassVar[int]
+    CV_FIELD_NUMBER: _ClassVar[int]
+    SCORING_FIELD_NUMBER: _ClassVar[int]
+    RETURN_TRAIN_SCORE_CV_FIELD_NUMBER: _ClassVar[int]
+    PARALLELIZE_CV_FIELD_NUMBER: _ClassVar[int]
+    pickled_estimator: bytes
+    estimator_class: str
+    estimator_params: _struct_pb2.Struct
+    label_column: str
+    cv: int
+    scoring: _containers.RepeatedScalarFieldContainer[str]
+    return_train_score_cv: bool
+    parallelize_cv: int
+    def __init__(self, pickled_estimator: _Optional[bytes] = ..., estimator_class: _Optional[str] = ..., estimator_params: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., label_column: _Optional[str] = ..., cv: _Optional[int] = ..., scoring: _Optional[_Iterable[str]] = ..., return_train_score_cv: _Optional[bool] = ..., parallelize_cv: _Optional[int] = ...) -> None: ...
+
+class FitRequest(_message.Message):
+    __slots__ = ("framework", "scaling_config", "run_config", "datasets", "data_parallel", "gbdt", "sklearn", "resume_from_checkpoint", "pickled_preprocessor", "idempotency_key", "metadata")
+    class DatasetsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: DatasetRef
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[DatasetRef, _Mapping]] = ...) -> None: ...
+    FRAMEWORK_FIELD_NUMBER: _ClassVar[int]
+    SCALING_CONFIG_FIELD_NUMBER: _ClassVar[int]
+    RUN_CONFIG_FIELD_NUMBER: _ClassVar[int]
+    DATASETS_FIELD_NUMBER: _ClassVar[int]
+    DATA_PARALLEL_FIELD_NUMBER: _ClassVar[int]
+    GBDT_FIELD_NUMBER: _ClassVar[int]
+    SKLEARN_FIELD_NUMBER: _ClassVar[int]
+    RESUME_FROM_CHECKPOINT_FIELD_NUMBER: _ClassVar[int]
+    PICKLED_PREPROCESSOR_FIELD_NUMBER: _ClassVar[int]
+    IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    METADATA_FIELD_NUMBER: _ClassVar[int]
+    framework: str
+    scaling_config: _common_pb2.ScalingConfig
+    run_config: _common_pb2.RunConfig
+    datasets: _containers.MessageMap[str, DatasetRef]
+    data_parallel: DataParallelSpec
+    gbdt: GBDTSpec
+    sklearn: SklearnSpec
+    resume_from_checkpoint: str
+    pickled_preprocessor: bytes
+    idempotency_key: str
+    metadata: _struct_pb2.Struct
+    def __init__(self, framework: _Optional[str] = ..., scaling_config: _Optional[_Union[_common_pb2.ScalingConfig, _Mapping]] = ..., run_config: _Optional[_Union[_common_pb2.RunConfig, _Mapping]] = ..., datasets: _Optional[_Mapping[str, DatasetRef]] = ..., data_parallel: _Optional[_Union[DataParallelSpec, _Mapping]] = ..., gbdt: _Optional[_Union[GBDTSpec, _Mapping]] = ..., sklearn: _Optional[_Union[SklearnSpec, _Mapping]] = ..., resume_from_checkpoint: _Optional[str] = ..., pickled_preprocessor: _Optional[bytes] = ..., idempotency_key: _Optional[str] = ..., metadata: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ...) -> None: ...
+
+class Run(_message.Message):
+    __slots__ = ("run_id", "name", "state", "state_reason", "framework", "path", "latest_metrics", "latest_checkpoint", "best_checkpoints", "error", "num_failures", "created_at", "updated_at", "request")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    STATE_REASON_FIELD_NUMBER: _ClassVar[int]
+    FRAMEWORK_FIELD_NUMBER: _ClassVar[int]
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    LATEST_METRICS_FIELD_NUMBER: _ClassVar[int]
+    LATEST_CHECKPOINT_FIELD_NUMBER: _ClassVar[int]
+    BEST_CHECKPOINTS_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    NUM_FAILURES_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    UPDATED_AT_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    name: str
+    state: _common_pb2.RunState
+    state_reason: str
+    framework: str
+    path: str
+    latest_metrics: _struct_pb2.Struct
+    latest_checkpoint: _common_pb2.CheckpointInfo
+    best_checkpoints: _containers.RepeatedCompositeFieldContainer[_common_pb2.CheckpointInfo]
+    error: _common_pb2.WorkerError
+    num_failures: int
+    created_at: _timestamp_pb2.Timestamp
+    updated_at: _timestamp_pb2.Timestamp
+    request: FitRequest
+    def __init__(self, run_id: _Optional[str] = ..., name: _Optional[str] = ..., state: _Optional[_Union[_common_pb2.RunState, str]] = ..., state_reason: _Optional[str] = ..., framework: _Optional[str] = ..., path: _Optional[str] = ..., latest_metrics: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., latest_checkpoint: _Optional[_Union[_common_pb2.CheckpointInfo, _Mapping]] = ..., best_checkpoints: _Optional[_Iterable[_Union[_common_pb2.CheckpointInfo, _Mapping]]] = ..., error: _Optional[_Union[_common_pb2.WorkerError, _Mapping]] = ..., num_failures: _Optional[int] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., request: _Optional[_Union[FitRequest, _Mapping]] = ...) -> None: ...
+
+class GetRunRequest(_message.Message):
+    __slots__ = ("run_id",)
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    def __init__(self, run_id: _Optional[str] = ...) -> None: ...
+
+class ListRunsRequest(_message.Message):
+    __slots__ = ("states", "page_size", "page_token")
+    STATES_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    states: _containers.RepeatedScalarFieldContainer[_common_pb2.RunState]
+    page_size: int
+    page_token: str
+    def __init__(self, states: _Optional[_Iterable[_Union[_common_pb2.RunState, str]]] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class ListRunsResponse(_message.Message):
+    __slots__ = ("runs", "next_page_token")
+    RUNS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    runs: _containers.RepeatedCompositeFieldContainer[Run]
+    next_page_token: str
+    def __init__(self, runs: _Optional[_Iterable[_Union[Run, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class WatchRunRequest(_message.Message):
+    __slots__ = ("run_id", "after_event_id")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    AFTER_EVENT_ID_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    after_event_id: int
+    def __init__(self, run_id: _Optional[str] = ..., after_event_id: _Optional[int] = ...) -> None: ...
+
+class CancelRunRequest(_message.Message):
+    __slots__ = ("run_id",)
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    def __init__(self, run_id: _Optional[str] = ...) -> None: ...
+
+class StateChange(_message.Message):
+    __slots__ = ("state", "reason")
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    state: _common_pb2.RunState
+    reason: str
+    def __init__(self, state: _Optional[_Union[_common_pb2.RunState, str]] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class MetricsEvent(_message.Message):
+    __slots__ = ("report_index", "metrics")
+    REPORT_INDEX_FIELD_NUMBER: _ClassVar[int]
+    METRICS_FIELD_NUMBER: _ClassVar[int]
+    report_index: int
+    metrics: _struct_pb2.Struct
+    def __init__(self, report_index: _Optional[int] = ..., metrics: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ...) -> None: ...
+
+class RunEvent(_message.Message):
+    __slots__ = ("event_id", "run_id", "time", "state_change", "metrics", "checkpoint", "worker_error")
+    EVENT_ID_FIELD_NUMBER: _ClassVar[int]
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    TIME_FIELD_NUMBER: _ClassVar[int]
+    STATE_CHANGE_FIELD_NUMBER: _ClassVar[int]
+    METRICS_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINT_FIELD_NUMBER: _ClassVar[int]
+    WORKER_ERROR_FIELD_NUMBER: _ClassVar[int]
+    event_id: int
+    run_id: str
+    time: _timestamp_pb2.Timestamp
+    state_change: StateChange
+    metrics: MetricsEvent
+    checkpoint: _common_pb2.CheckpointInfo
+    worker_error: _common_pb2.WorkerError
+    def __init__(self, event_id: _Optional[int] = ..., run_id: _Optional[str] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., state_change: _Optional[_Union[StateChange, _Mapping]] = ..., metrics: _Optional[_Union[MetricsEvent, _Mapping]] = ..., checkpoint: _Optional[_Union[_common_pb2.CheckpointInfo, _Mapping]] = ..., worker_error: _Optional[_Union[_common_pb2.WorkerError, _Mapping]] = ...) -> None: ...
+
+class GetDatasetRequest(_message.Message):
+    __slots__ = ("sha256",)
+    SHA256_FIELD_NUMBER: _ClassVar[int]
+    sha256: str
+    def __init__(self, sha256: _Optional[str] = ...) -> None: ...
+
+class DatasetInfo(_message.Message):
+    __slots__ = ("sha256", "ref", "num_rows", "columns", "size_bytes")
+    SHA256_FIELD_NUMBER: _ClassVar[int]
+    REF_FIELD_NUMBER: _ClassVar[int]
+    NUM_ROWS_FIELD_NUMBER: _ClassVar[int]
+    COLUMNS_FIELD_NUMBER: _ClassVar[int]
+    SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    sha256: str
+    ref: DatasetRef
+    num_rows: int
+    columns: _containers.RepeatedScalarFieldContainer[str]
+    size_bytes: int
+    def __init__(self, sha256: _Optional[str] = ..., ref: _Optional[_Union[DatasetRef, _Mapping]] = ..., num_rows: _Optional[int] = ..., columns: _Optional[_Iterable[str]] = ..., size_bytes: _Optional[int] = ...) -> None: ...
+
+class UploadDatasetHeader(_message.Message):
+    __slots__ = ("sha256", "size_bytes")
+    SHA256_FIELD_NUMBER: _ClassVar[int]
+    SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    sha256: str
+    size_bytes: int
+    def __init__(self, sha256: _Optional[str] = ..., size_bytes: _Optional[int] = ...) -> None: ...
+
+class UploadDatasetRequest(_message.Message):
+    __slots__ = ("header", "chunk")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    CHUNK_FIELD_NUMBER: _ClassVar[int]
+    header: UploadDatasetHeader
+    chunk: bytes
+    def __init__(self, header: _Optional[_Union[UploadDatasetHeader, _Mapping]] = ..., chunk: _Optional[bytes] = ...) -> None: ...
+
+class UploadCheckpointHeader(_message.Message):
+    __slots__ = ("run_name", "metrics", "files")
+    RUN_NAME_FIELD_NUMBER: _ClassVar[int]
+    METRICS_FIELD_NUMBER: _ClassVar[int]
+    FILES_FIELD_NUMBER: _ClassVar[int]
+    run_name: str
+    metrics: _struct_pb2.Struct
+    files: _containers.RepeatedCompositeFieldContainer[_common_pb2.ManifestFile]
+    def __init__(self, run_name: _Optional[str] = ..., metrics: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., files: _Optional[_Iterable[_Union[_common_pb2.ManifestFile, _Mapping]]] = ...) -> None: ...
+
+class FileChunk(_message.Message):
+    __slots__ = ("path", "offset", "data")
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    path: str
+    offset: int
+    data: bytes
+    def __init__(self, path: _Optional[str] = ..., offset: _Optional[int] = ..., data: _Optional[bytes] = ...) -> None: ...
+
+class UploadCheckpointRequest(_message.Message):
+    __slots__ = ("header", "chunk")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    CHUNK_FIELD_NUMBER: _ClassVar[int]
+    header: UploadCheckpointHeader
+    chunk: FileChunk
+    def __init__(self, header: _Optional[_Union[UploadCheckpointHeader, _Mapping]] = ..., chunk: _Optional[_Union[FileChunk, _Mapping]] = ...) -> None: ...
+
+class DownloadCheckpointRequest(_message.Message):
+    __slots__ = ("checkpoint",)
+    CHECKPOINT_FIELD_NUMBER: _ClassVar[int]
+    checkpoint: str
+    def __init__(self, checkpoint: _Optional[str] = ...) -> None: ...

@@ -1,0 +1,49 @@
+"""``XGBoostTrainer`` and ``XGBoostCheckpoint``."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from typing import Any
+
+from trainwire.checkpoint import Checkpoint
+from trainwire.gbdt import GBDTTrainer
+
+MODEL_FILENAME = "model.ubj"
+
+
+class XGBoostCheckpoint(Checkpoint):
+    """A checkpoint holding an XGBoost booster (``model.ubj``)."""
+
+    MODEL_FILENAME = MODEL_FILENAME
+
+    @classmethod
+    def from_model(cls, booster: Any, *, preprocessor: Any = None) -> XGBoostCheckpoint:
+        path = tempfile.mkdtemp(prefix="trainwire-xgboost-")
+        booster.save_model(os.path.join(path, MODEL_FILENAME))
+        ckpt = cls.from_directory(path)
+        if preprocessor is not None:
+            ckpt.set_preprocessor(preprocessor)
+        return ckpt  # type: ignore[return-value]
+
+    @classmethod
+    def get_model(cls_or_self, checkpoint: Checkpoint | None = None) -> Any:  # noqa: N805
+        """Loads the booster (``XGBoostTrainer.get_model(ckpt)`` or ``ckpt.get_model()``)."""
+        import xgboost
+
+        ckpt = checkpoint if checkpoint is not None else cls_or_self
+        booster = xgboost.Booster()
+        with ckpt.as_directory() as d:
+            booster.load_model(os.path.join(d, MODEL_FILENAME))
+        return booster
+
+
+class XGBoostTrainer(GBDTTrainer):
+    """Distributed XGBoost across ``scaling_config.num_workers`` workers, as ``ray.train.xgboost``."""
+
+    framework = "xgboost"
+    checkpoint_cls = XGBoostCheckpoint
+
+    @staticmethod
+    def get_model(checkpoint: Checkpoint) -> Any:
+        return XGBoostCheckpoint.get_model(checkpoint)

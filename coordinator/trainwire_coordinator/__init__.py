@@ -1,0 +1,1 @@
+"""trainwire coordinator: accepts Fit RPCs and runs training on Ray."""

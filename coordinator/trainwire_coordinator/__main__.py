@@ -1,0 +1,3 @@
+from trainwire_coordinator.server import main
+
+main()

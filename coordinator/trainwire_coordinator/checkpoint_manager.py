@@ -1,0 +1,159 @@
+"""Commits reported checkpoints into the shared store and applies retention."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from google.protobuf import json_format, timestamp_pb2
+
+from trainwire.config import CheckpointConfig
+from trainwire.storage import MANIFEST_NAME, Store
+from trainwire.v1 import common_pb2
+
+
+def flatten_metrics(metrics: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{"a": {"b": 1}} -> {"a/b": 1}, as Ray's metrics_dataframe shows nested metrics."""
+    out: dict[str, Any] = {}
+    for key, value in metrics.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            out.update(flatten_metrics(value, f"{name}/"))
+        else:
+            out[name] = value
+    return out
+
+
+@dataclass
+class CommittedCheckpoint:
+    checkpoint_id: str
+    index: int
+    metrics: dict[str, Any]
+    size_bytes: int
+    created_at: float
+    files: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_index_entry(self) -> dict[str, Any]:
+        return {
+            "id": self.checkpoint_id,
+            "path": f"checkpoints/{self.checkpoint_id}",
+            "index": self.index,
+            "metrics": self.metrics,
+            "size_bytes": self.size_bytes,
+            "created_at": self.created_at,
+        }
+
+
+class CheckpointManager:
+    """The committed checkpoints of one run and its index file.
+
+    The index (``runs/<id>/checkpoints.json``) is written atomically before
+    any checkpoint it drops is deleted, so a reader never sees a checkpoint
+    that is gone.
+    """
+
+    def __init__(self, store: Store, run_id: str, run_name: str, config: CheckpointConfig) -> None:
+        self.store = store
+        self.run_id = run_id
+        self.run_name = run_name
+        self.config = config
+        self.checkpoints: list[CommittedCheckpoint] = []
+
+    # --- ranking -----------------------------------------------------------
+    def _score(self, ckpt: CommittedCheckpoint) -> float:
+        attr = self.config.checkpoint_score_attribute
+        value = flatten_metrics(ckpt.metrics).get(attr) if attr else None
+        if not isinstance(value, int | float):
+            return float("-inf")  # unscored checkpoints rank last
+        return value if self.config.checkpoint_score_order == "max" else -value
+
+    def ranked(self) -> list[CommittedCheckpoint]:
+        """Kept checkpoints, best first (newest first without a score attribute)."""
+        if self.config.checkpoint_score_attribute:
+            return sorted(self.checkpoints, key=lambda c: (self._score(c), c.index), reverse=True)
+        return sorted(self.checkpoints, key=lambda c: c.index, reverse=True)
+
+    @property
+    def latest(self) -> CommittedCheckpoint | None:
+        return self.checkpoints[-1] if self.checkpoints else None
+
+    @property
+    def best(self) -> CommittedCheckpoint | None:
+        ranked = self.ranked()
+        return ranked[0] if ranked else None
+
+    # --- commit --------------------------------------------------------------
+    def commit(self, checkpoint_id: str, index: int, metrics: dict[str, Any], files: list[Any]) -> CommittedCheckpoint:
+        """Writes the manifest (last), updates the index, then deletes what retention drops."""
+        entries = {f.path: {"path": f.path, "size_bytes": f.size_bytes, "sha256": f.sha256} for f in files}
+        ckpt = CommittedCheckpoint(
+            checkpoint_id=checkpoint_id,
+            index=index,
+            metrics=metrics,
+            size_bytes=sum(e["size_bytes"] for e in entries.values()),
+            created_at=time.time(),
+            files=sorted(entries.values(), key=lambda e: e["path"]),
+        )
+        directory = self.store.checkpoint_dir(self.run_id, checkpoint_id)
+        self.store.write_json(
+            f"{directory}/{MANIFEST_NAME}",
+            {"run_id": self.run_id, "checkpoint_id": checkpoint_id, "metrics": metrics, "files": ckpt.files},
+        )
+        self.checkpoints.append(ckpt)
+        dropped = self._apply_retention()
+        self.write_index()
+        for old in dropped:
+            self.store.delete_dir(self.store.checkpoint_dir(self.run_id, old.checkpoint_id))
+        return ckpt
+
+    def _apply_retention(self) -> list[CommittedCheckpoint]:
+        keep_n = self.config.num_to_keep
+        if keep_n is None or len(self.checkpoints) <= keep_n:
+            return []
+        latest = self.latest
+        keep = {c.checkpoint_id for c in self.ranked()[:keep_n]}
+        keep.add(latest.checkpoint_id)  # the latest is what a restart resumes from
+        dropped = [c for c in self.checkpoints if c.checkpoint_id not in keep]
+        self.checkpoints = [c for c in self.checkpoints if c.checkpoint_id in keep]
+        return dropped
+
+    def write_index(self) -> None:
+        best, latest = self.best, self.latest
+        self.store.write_json(
+            self.store.index_path(self.run_id),
+            {
+                "run_id": self.run_id,
+                "run_name": self.run_name,
+                "score_attribute": self.config.checkpoint_score_attribute or "",
+                "score_order": self.config.checkpoint_score_order,
+                "checkpoints": [c.to_index_entry() for c in self.checkpoints],
+                "latest": latest.checkpoint_id if latest else "",
+                "best": best.checkpoint_id if best else "",
+                "updated_at": time.time(),
+            },
+        )
+        # A run name resolves to the newest run of that name with a checkpoint.
+        self.store.write_json(self.store.name_path(self.run_name), {"run_id": self.run_id, "updated_at": time.time()})
+
+    def remove_uncommitted(self) -> None:
+        """Deletes checkpoint directories no index entry names (left by a failed attempt)."""
+        committed = {c.checkpoint_id for c in self.checkpoints}
+        base = self.store.path("runs", self.run_id, "checkpoints")
+        for name in self.store.list_dir(base):
+            if name not in committed:
+                self.store.delete_dir(f"{base}/{name}")
+
+    # --- views -------------------------------------------------------------
+    def info(self, ckpt: CommittedCheckpoint) -> common_pb2.CheckpointInfo:
+        created = timestamp_pb2.Timestamp()
+        created.FromNanoseconds(int(ckpt.created_at * 1e9))
+        msg = common_pb2.CheckpointInfo(
+            checkpoint_id=ckpt.checkpoint_id,
+            uri=self.store.uri_of(self.store.checkpoint_dir(self.run_id, ckpt.checkpoint_id)),
+            index=ckpt.index,
+            size_bytes=ckpt.size_bytes,
+            created_at=created,
+        )
+        json_format.ParseDict(ckpt.metrics, msg.metrics)
+        return msg

@@ -1,0 +1,330 @@
+"""The run controller: an explicit state machine driving one run's worker groups.
+
+PENDING -> STARTING -> RUNNING -> (RESTARTING -> RUNNING)* -> SUCCEEDED | FAILED | CANCELLED
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import ray
+from google.protobuf import json_format
+from ray.util.placement_group import placement_group, remove_placement_group
+
+from trainwire.errors import require_installed
+from trainwire.storage import Store
+from trainwire.train.context import TrainContext
+from trainwire.v1 import common_pb2, coordinator_pb2, worker_reports_pb2
+from trainwire_coordinator.checkpoint_manager import CheckpointManager, flatten_metrics
+from trainwire_coordinator.failure_policy import FailurePolicy
+from trainwire_worker.backends.base import Backend, DatasetSchema
+from trainwire_worker.datasets import ShardSpec
+from trainwire_worker.worker_group import WorkerGroup
+
+logger = logging.getLogger(__name__)
+
+RunState = common_pb2.RunState
+TERMINAL = frozenset({common_pb2.SUCCEEDED, common_pb2.FAILED, common_pb2.CANCELLED})
+
+
+@dataclass
+class ControllerDeps:
+    """What a controller needs from the coordinator around it."""
+
+    store: Store
+    save_run: Callable[[coordinator_pb2.Run], None]
+    emit: Callable[[coordinator_pb2.RunEvent], Awaitable[int]]
+    coordinator_address: Callable[[], str]
+    pending_reason_after_s: float = 1.0
+
+
+def _check_framework(worker: Any, module: str, framework: str, package: str) -> None:
+    require_installed(module, framework, package)
+
+
+def bundles_for(scaling: common_pb2.ScalingConfig) -> list[dict[str, float]]:
+    """One bundle per worker; trainer resources ride on the first."""
+    per_worker = {k: v for k, v in scaling.resources_per_worker.items() if v > 0} or {"CPU": 1.0}
+    if scaling.use_gpu:
+        per_worker.setdefault("GPU", 1.0)
+    bundles = [dict(per_worker) for _ in range(scaling.num_workers)]
+    for key, value in scaling.trainer_resources.items():
+        if value > 0:
+            bundles[0][key] = bundles[0].get(key, 0) + value
+    return bundles
+
+
+def _error_from_exception(rank: int, attempt: int, exc: BaseException) -> common_pb2.WorkerError:
+    cause = getattr(exc, "cause", None) or exc
+    return common_pb2.WorkerError(
+        world_rank=rank,
+        attempt=attempt,
+        exc_type=type(cause).__name__,
+        message=str(cause),
+        traceback=str(exc),
+    )
+
+
+class RunController:
+    """Runs one run to its end: placement, backend setup, training, restarts.
+
+    Args:
+        run: The run's live view; the controller updates and saves it.
+        request: The validated Fit request.
+        backend: The framework backend.
+        datasets: Resolved datasets by name.
+        deps: Store, persistence and event hooks.
+        policy: Decides restarts after failures.
+    """
+
+    def __init__(
+        self,
+        run: coordinator_pb2.Run,
+        request: coordinator_pb2.FitRequest,
+        backend: Backend,
+        datasets: dict[str, DatasetSchema],
+        deps: ControllerDeps,
+        policy: FailurePolicy,
+        checkpoints: CheckpointManager,
+    ) -> None:
+        self.run = run
+        self.request = request
+        self.backend = backend
+        self.datasets = datasets
+        self.deps = deps
+        self.policy = policy
+        self.checkpoints = checkpoints
+        self.attempt = 0
+        self.task: asyncio.Task | None = None
+        self._group: WorkerGroup | None = None
+        self._interrupt = asyncio.Event()
+        self._cancel_requested = False
+        self._stop_reached = False
+        self._max_report_index = 0
+        self._pending: dict[int, dict[int, worker_reports_pb2.TrainingReport]] = {}
+
+    # --- lifecycle -----------------------------------------------------------
+    def start(self) -> None:
+        self.task = asyncio.create_task(self._main(), name=f"run-{self.run.run_id}")
+
+    async def cancel(self) -> None:
+        if self.run.state in TERMINAL:
+            return
+        self._cancel_requested = True
+        self._interrupt.set()
+        if self.task is not None:
+            await asyncio.shield(self.task)
+
+    async def _set_state(self, state: int, reason: str = "") -> None:
+        if self.run.state == state and self.run.state_reason == reason:
+            return
+        self.run.state = state
+        self.run.state_reason = reason
+        # Event before record: a watcher that sees the end has the event too.
+        await self.deps.emit(
+            coordinator_pb2.RunEvent(
+                run_id=self.run.run_id, state_change=coordinator_pb2.StateChange(state=state, reason=reason)
+            )
+        )
+        self.deps.save_run(self.run)
+
+    async def _main(self) -> None:
+        try:
+            while True:
+                error = await self._run_attempt()
+                if self._cancel_requested:
+                    await self._set_state(common_pb2.CANCELLED, "cancelled by request")
+                    return
+                if error is None:
+                    reason = "stop criteria reached" if self._stop_reached else ""
+                    await self._set_state(common_pb2.SUCCEEDED, reason)
+                    return
+                self.run.num_failures += 1
+                await self.deps.emit(coordinator_pb2.RunEvent(run_id=self.run.run_id, worker_error=error))
+                summary = f"rank {error.world_rank} raised {error.exc_type}: {error.message}"
+                if self.policy.should_restart(self.run.num_failures, error):
+                    await self._set_state(
+                        common_pb2.RESTARTING, f"restart {self.run.num_failures} after failure: {summary}"
+                    )
+                    self.attempt += 1
+                    await asyncio.to_thread(self.checkpoints.remove_uncommitted)
+                    continue
+                self.run.error.CopyFrom(error)
+                await self._set_state(common_pb2.FAILED, summary)
+                return
+        except Exception as exc:  # noqa: BLE001 - a controller bug must still end the run
+            logger.exception("run %s: controller failed", self.run.run_id)
+            self.run.error.CopyFrom(_error_from_exception(-1, self.attempt, exc))
+            await self._set_state(common_pb2.FAILED, f"internal error in the coordinator: {exc}")
+
+    # --- one attempt -------------------------------------------------------------
+    async def _reserve(self) -> Any:
+        scaling = self.request.scaling_config
+        pg = placement_group(bundles_for(scaling), strategy=scaling.placement_strategy or "PACK")
+        ready = asyncio.ensure_future(pg.ready())
+        done, _ = await asyncio.wait([ready], timeout=self.deps.pending_reason_after_s)
+        if not done:
+            waiting = common_pb2.PENDING if self.attempt == 0 else common_pb2.RESTARTING
+            await self._set_state(
+                waiting,
+                f"waiting for resources: {scaling.num_workers} workers x {bundles_for(scaling)[-1]} "
+                f"(cluster has {ray.available_resources()} available)",
+            )
+            interrupt = asyncio.ensure_future(self._interrupt.wait())
+            await asyncio.wait([ready, interrupt], return_when=asyncio.FIRST_COMPLETED)
+            interrupt.cancel()
+        return pg
+
+    async def _run_attempt(self) -> common_pb2.WorkerError | None:
+        """Runs one worker group to its end; returns the first worker error, if any."""
+        self._pending.clear()
+        pg = await self._reserve()
+        group: WorkerGroup | None = None
+        error: common_pb2.WorkerError | None = None
+        try:
+            if self._cancel_requested:
+                return None
+            await self._set_state(common_pb2.STARTING)
+            scaling = self.request.scaling_config
+            group = self._group = await WorkerGroup.start(
+                pg, scaling.num_workers, bundles_for(scaling)[-1], self.backend.worker_env(self.request)
+            )
+            await group.execute(_check_framework, self.backend.module, self.backend.name, self.backend.package)
+            await self.backend.on_start(group, self.request)
+            await self.backend.on_training_start(group, self.request)
+            shards = await self._dataset_shards(len(group))
+            await self._set_state(common_pb2.RUNNING)
+            error = await self._train(group, shards)
+            return error
+        except Exception as exc:  # noqa: BLE001 - setup failures count as worker failures
+            error = _error_from_exception(0, self.attempt, exc)
+            return None if self._cancel_requested else error
+        finally:
+            if group is not None:
+                try:
+                    await asyncio.wait_for(self.backend.on_shutdown(group, self.request), 10)
+                except Exception:  # noqa: BLE001 - best effort on a group being torn down
+                    pass
+                group.shutdown(graceful=error is None and not self._interrupt.is_set())
+            self._group = None
+            remove_placement_group(pg)
+
+    async def _dataset_shards(self, world_size: int) -> list[dict[str, Any]]:
+        shards: list[dict[str, Any]] = [{} for _ in range(world_size)]
+        for name, ds in self.datasets.items():
+            if self.backend.uses_ray_data:
+                iterators = await asyncio.to_thread(self._split, ds, world_size)
+                for rank in range(world_size):
+                    shards[rank][name] = iterators[rank]
+            else:
+                for rank in range(world_size):
+                    shards[rank][name] = ShardSpec(ds.uri, ds.format, rank, world_size)
+        return shards
+
+    @staticmethod
+    def _split(ds: DatasetSchema, world_size: int) -> list[Any]:
+        import ray.data
+
+        reader = ray.data.read_csv if ds.format == "csv" else ray.data.read_parquet
+        return reader(ds.uri).streaming_split(world_size, equal=True)
+
+    async def _train(self, group: WorkerGroup, shards: list[dict[str, Any]]) -> common_pb2.WorkerError | None:
+        latest = self.checkpoints.latest
+        start_from = self.checkpoints.info(latest).uri if latest is not None else self.request.resume_from_checkpoint
+        refs = {}
+        for meta, actor, shard in zip(group.metas, group.actors, shards):
+            context = TrainContext(
+                run_id=self.run.run_id,
+                run_name=self.run.name,
+                world_rank=meta.world_rank,
+                world_size=len(group),
+                local_rank=meta.local_rank,
+                local_world_size=meta.local_world_size,
+                node_rank=meta.node_rank,
+                attempt=self.attempt,
+                storage_path=self.run.path,
+            )
+            ref = actor.run.remote(
+                self.request.SerializeToString(),
+                context,
+                self.deps.coordinator_address(),
+                self.deps.store.uri_of(self.deps.store.root),
+                start_from,
+                shard,
+                self._max_report_index + 1,
+                self.backend.train,
+            )
+            refs[asyncio.ensure_future(ref)] = meta.world_rank
+        interrupt = asyncio.ensure_future(self._interrupt.wait())
+        try:
+            while refs:
+                done, _ = await asyncio.wait([*refs, interrupt], return_when=asyncio.FIRST_COMPLETED)
+                if interrupt in done:
+                    return None  # cancelled or stop criteria reached: the group is torn down
+                for fut in done:
+                    rank = refs.pop(fut)
+                    try:
+                        outcome = fut.result()
+                    except Exception as exc:  # noqa: BLE001 - an actor died
+                        return _error_from_exception(rank, self.attempt, exc)
+                    if outcome:
+                        return common_pb2.WorkerError.FromString(outcome)
+            return None
+        finally:
+            interrupt.cancel()
+            for fut in refs:
+                fut.cancel()
+
+    # --- reports ------------------------------------------------------------------
+    async def on_report(self, report: worker_reports_pb2.WorkerReport) -> None:
+        """Handles one message of a worker's report stream."""
+        if report.attempt != self.attempt or self.run.state in TERMINAL:
+            return  # from a group already torn down
+        if report.WhichOneof("kind") != "report":
+            return  # hello; errors arrive as the outcome of the worker's run
+        msg = report.report
+        self._max_report_index = max(self._max_report_index, msg.report_index)
+        by_rank = self._pending.setdefault(msg.report_index, {})
+        by_rank[report.world_rank] = msg
+        if report.world_rank == 0:
+            self.run.latest_metrics.CopyFrom(msg.metrics)
+            await self.deps.emit(
+                coordinator_pb2.RunEvent(
+                    run_id=self.run.run_id,
+                    metrics=coordinator_pb2.MetricsEvent(report_index=msg.report_index, metrics=msg.metrics),
+                )
+            )
+            self._check_stop(json_format.MessageToDict(msg.metrics))
+        if len(by_rank) == self.request.scaling_config.num_workers:
+            del self._pending[msg.report_index]
+            if any(r.checkpoint_id for r in by_rank.values()):
+                await self._commit(msg.report_index, by_rank)
+        self.deps.save_run(self.run)
+
+    async def _commit(self, index: int, by_rank: dict[int, worker_reports_pb2.TrainingReport]) -> None:
+        checkpoint_id = next(r.checkpoint_id for r in by_rank.values() if r.checkpoint_id)
+        files = [f for r in by_rank.values() for f in r.files]
+        metrics = json_format.MessageToDict(by_rank[0].metrics) if 0 in by_rank else {}
+        committed = await asyncio.to_thread(self.checkpoints.commit, checkpoint_id, index, metrics, files)
+        info = self.checkpoints.info(committed)
+        self.refresh_checkpoints()
+        await self.deps.emit(coordinator_pb2.RunEvent(run_id=self.run.run_id, checkpoint=info))
+
+    def refresh_checkpoints(self) -> None:
+        latest = self.checkpoints.latest
+        if latest is not None:
+            self.run.latest_checkpoint.CopyFrom(self.checkpoints.info(latest))
+        del self.run.best_checkpoints[:]
+        self.run.best_checkpoints.extend(self.checkpoints.info(c) for c in self.checkpoints.ranked())
+
+    def _check_stop(self, metrics: dict[str, Any]) -> None:
+        flat = flatten_metrics(metrics)
+        for key, threshold in self.request.run_config.stop.items():
+            value = flat.get(key)
+            if isinstance(value, int | float) and value >= threshold:
+                self._stop_reached = True
+                self._interrupt.set()

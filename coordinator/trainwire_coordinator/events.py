@@ -1,0 +1,61 @@
+"""Run events: appended to the metadata store, streamed to watchers."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import defaultdict
+from collections.abc import AsyncIterator, Callable
+
+from trainwire.v1 import coordinator_pb2
+from trainwire_coordinator.metadata import MetadataStore
+
+
+class EventLog:
+    """Appends events and wakes the watchers of a run.
+
+    Args:
+        metadata: Where events are kept (any coordinator can read them).
+        poll_s: How long a watcher sleeps before re-reading the store anyway.
+    """
+
+    def __init__(self, metadata: MetadataStore, poll_s: float = 1.0) -> None:
+        self.metadata = metadata
+        self.poll_s = poll_s
+        self._conditions: dict[str, asyncio.Condition] = defaultdict(asyncio.Condition)
+
+    async def append(self, event: coordinator_pb2.RunEvent) -> int:
+        event.time.FromNanoseconds(time.time_ns())
+        event_id = self.metadata.append_event(event.run_id, event.SerializeToString())
+        cond = self._conditions[event.run_id]
+        async with cond:
+            cond.notify_all()
+        return event_id
+
+    async def watch(
+        self, run_id: str, after_event_id: int, has_ended: Callable[[], bool]
+    ) -> AsyncIterator[coordinator_pb2.RunEvent]:
+        """Yields events after ``after_event_id`` until the run has ended and all are sent."""
+        cond = self._conditions[run_id]
+        ended = False
+        while True:
+            batch = self.metadata.read_events(run_id, after_event_id, 500)
+            for event_id, payload in batch:
+                event = coordinator_pb2.RunEvent.FromString(payload)
+                event.event_id = event_id
+                after_event_id = event_id
+                yield event
+            if batch:
+                continue
+            if ended:
+                return
+            # The final state event is written before the run record says so,
+            # so one more read after seeing the end cannot miss it.
+            ended = has_ended()
+            if ended:
+                continue
+            async with cond:
+                try:
+                    await asyncio.wait_for(cond.wait(), self.poll_s)
+                except TimeoutError:
+                    pass

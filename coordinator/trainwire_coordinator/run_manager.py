@@ -1,0 +1,294 @@
+"""The coordinator's domain logic behind the servicers: runs, events, reports."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+
+import pyarrow.fs as pafs
+import ray
+from google.protobuf import timestamp_pb2
+
+from trainwire.checkpoint import Checkpoint
+from trainwire.config import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
+from trainwire.errors import (
+    InvalidArgumentError,
+    NotFoundError,
+    PermissionDeniedError,
+    ResourceExhaustedError,
+)
+from trainwire.storage import Store
+from trainwire.v1 import common_pb2, coordinator_pb2, worker_reports_pb2
+from trainwire_coordinator.checkpoint_manager import CheckpointManager
+from trainwire_coordinator.controller import TERMINAL, ControllerDeps, RunController, bundles_for
+from trainwire_coordinator.datasets import DatasetService
+from trainwire_coordinator.events import EventLog
+from trainwire_coordinator.failure_policy import FailurePolicy
+from trainwire_coordinator.metadata import MetadataStore, RunRecord
+from trainwire_worker.backends import get_backend
+
+logger = logging.getLogger(__name__)
+
+_STATE_NAMES = {v: k for k, v in common_pb2.RunState.items()}
+
+
+def _now() -> timestamp_pb2.Timestamp:
+    ts = timestamp_pb2.Timestamp()
+    ts.FromNanoseconds(time.time_ns())
+    return ts
+
+
+def _record(run: coordinator_pb2.Run, idempotency_key: str = "") -> RunRecord:
+    return RunRecord(
+        run_id=run.run_id,
+        name=run.name,
+        state=run.state,
+        created_at=run.created_at.ToNanoseconds() / 1e9,
+        updated_at=run.updated_at.ToNanoseconds() / 1e9,
+        data=run.SerializeToString(),
+        idempotency_key=idempotency_key,
+    )
+
+
+def check_feasible(scaling: common_pb2.ScalingConfig, total: dict[str, float]) -> None:
+    """Raises ResourceExhaustedError when the cluster can never hold the run."""
+    bundles = bundles_for(scaling)
+    need: dict[str, float] = {}
+    for bundle in bundles:
+        for key, value in bundle.items():
+            need[key] = need.get(key, 0) + value
+    short = {k: (v, total.get(k, 0)) for k, v in need.items() if v > total.get(k, 0)}
+    if short:
+        detail = ", ".join(f"{v:g} {k} (cluster has {have:g})" for k, (v, have) in short.items())
+        raise ResourceExhaustedError(
+            f"the run can never be placed: {scaling.num_workers} workers x {bundles[-1]} need {detail}; "
+            "lower scaling_config.num_workers or resources_per_worker",
+            field="scaling_config.num_workers",
+        )
+
+
+class RunManager:
+    """Creates runs, owns their controllers and routes worker reports.
+
+    Args:
+        metadata: Runs and events.
+        store: The shared store.
+        datasets: Upload and dataset resolution.
+        coordinator_address: Returns the address workers report to.
+        allow_pickled_code: Accept cloudpickled training code.
+        policy_factory: Builds the failure policy of a run (tests inject one).
+    """
+
+    def __init__(
+        self,
+        metadata: MetadataStore,
+        store: Store,
+        datasets: DatasetService,
+        coordinator_address: Callable[[], str],
+        *,
+        allow_pickled_code: bool = True,
+        watch_poll_s: float = 1.0,
+        pending_reason_after_s: float = 1.0,
+        policy_factory: Callable[[FailureConfig], FailurePolicy] = FailurePolicy,
+    ) -> None:
+        self.metadata = metadata
+        self.store = store
+        self.datasets = datasets
+        self.events = EventLog(metadata, watch_poll_s)
+        self.coordinator_address = coordinator_address
+        self.allow_pickled_code = allow_pickled_code
+        self.pending_reason_after_s = pending_reason_after_s
+        self.policy_factory = policy_factory
+        self.controllers: dict[str, RunController] = {}
+
+    def recover(self) -> None:
+        """Marks runs a previous coordinator left unfinished as FAILED."""
+        token = ""
+        while True:
+            records, token = self.metadata.list_runs(
+                [common_pb2.PENDING, common_pb2.STARTING, common_pb2.RUNNING, common_pb2.RESTARTING],
+                100,
+                token,
+            )
+            for rec in records:
+                if rec.run_id in self.controllers:
+                    continue
+                run = coordinator_pb2.Run.FromString(rec.data)
+                run.state = common_pb2.FAILED
+                run.state_reason = "the coordinator restarted while the run was active"
+                self._save(run)
+            if not token:
+                return
+
+    # --- runs ------------------------------------------------------------------
+    def _save(self, run: coordinator_pb2.Run) -> None:
+        run.updated_at.CopyFrom(_now())
+        self.metadata.update_run(_record(run))
+
+    def _validate(self, request: coordinator_pb2.FitRequest) -> tuple[RunConfig, dict]:
+        backend = get_backend(request.framework)
+        if request.HasField("scaling_config"):
+            ScalingConfig.from_proto(request.scaling_config)
+        else:
+            request.scaling_config.num_workers = 1
+        run_config = RunConfig.from_proto(request.run_config)
+        if (
+            request.WhichOneof("trainer") == "data_parallel"
+            and request.data_parallel.train_loop.WhichOneof("source") == "pickled_function"
+            and not self.allow_pickled_code
+        ):
+            raise PermissionDeniedError(
+                "this coordinator does not accept pickled code; send an entry point installed on the workers",
+                field="data_parallel.train_loop.pickled_function",
+            )
+        if request.pickled_preprocessor and not self.allow_pickled_code:
+            raise PermissionDeniedError(
+                "this coordinator does not accept pickled preprocessors", field="pickled_preprocessor"
+            )
+        datasets = {name: self.datasets.resolve(name, ref) for name, ref in request.datasets.items()}
+        backend.validate(request, datasets)
+        if request.resume_from_checkpoint:
+            try:
+                ckpt = Checkpoint(request.resume_from_checkpoint)
+                exists = ckpt.filesystem.get_file_info(ckpt.path).type != pafs.FileType.NotFound
+            except InvalidArgumentError:
+                exists = False
+            if not exists:
+                raise InvalidArgumentError(
+                    f"resume_from_checkpoint {request.resume_from_checkpoint!r} does not exist",
+                    field="resume_from_checkpoint",
+                )
+        check_feasible(request.scaling_config, ray.cluster_resources())
+        return run_config, datasets
+
+    async def fit(self, request: coordinator_pb2.FitRequest) -> coordinator_pb2.Run:
+        run_config, datasets = self._validate(request)
+        run_id = uuid.uuid4().hex[:16]
+        name = run_config.name or f"{request.framework}-{run_id[:8]}"
+        run = coordinator_pb2.Run(
+            run_id=run_id,
+            name=name,
+            state=common_pb2.PENDING,
+            framework=request.framework,
+            path=self.store.uri_of(self.store.run_dir(run_id)),
+            created_at=_now(),
+            updated_at=_now(),
+            request=request,
+        )
+        stored = self.metadata.create_run(_record(run, request.idempotency_key))
+        if stored.run_id != run_id:
+            return coordinator_pb2.Run.FromString(stored.data)
+        await self.events.append(
+            coordinator_pb2.RunEvent(run_id=run_id, state_change=coordinator_pb2.StateChange(state=common_pb2.PENDING))
+        )
+        controller = RunController(
+            run=run,
+            request=request,
+            backend=get_backend(request.framework),
+            datasets=datasets,
+            deps=ControllerDeps(
+                store=self.store,
+                save_run=self._save,
+                emit=self.events.append,
+                coordinator_address=self.coordinator_address,
+                pending_reason_after_s=self.pending_reason_after_s,
+            ),
+            policy=self.policy_factory(run_config.failure_config),
+            checkpoints=CheckpointManager(self.store, run_id, name, run_config.checkpoint_config or CheckpointConfig()),
+        )
+        self.controllers[run_id] = controller
+        controller.start()
+        return run
+
+    def get_run(self, run_id: str) -> coordinator_pb2.Run:
+        if not run_id:
+            raise InvalidArgumentError("run_id is required", field="run_id")
+        if run_id in self.controllers:
+            return self.controllers[run_id].run
+        record = self.metadata.get_run(run_id) or self.metadata.get_run_by_name(run_id)
+        if record is None:
+            raise NotFoundError(f"no run with id or name {run_id!r}")
+        return coordinator_pb2.Run.FromString(record.data)
+
+    def list_runs(self, request: coordinator_pb2.ListRunsRequest) -> coordinator_pb2.ListRunsResponse:
+        if request.page_size < 0 or request.page_size > 1000:
+            raise InvalidArgumentError("page_size must be between 0 and 1000", field="page_size")
+        try:
+            records, token = self.metadata.list_runs(list(request.states), request.page_size or 100, request.page_token)
+        except ValueError as exc:
+            raise InvalidArgumentError(str(exc), field="page_token") from exc
+        return coordinator_pb2.ListRunsResponse(
+            runs=[coordinator_pb2.Run.FromString(r.data) for r in records], next_page_token=token
+        )
+
+    async def watch(self, request: coordinator_pb2.WatchRunRequest) -> AsyncIterator[coordinator_pb2.RunEvent]:
+        run_id = self.get_run(request.run_id).run_id
+        if request.after_event_id < 0:
+            raise InvalidArgumentError("after_event_id must be >= 0", field="after_event_id")
+
+        def has_ended() -> bool:
+            return self.get_run(run_id).state in TERMINAL
+
+        async for event in self.events.watch(run_id, request.after_event_id, has_ended):
+            yield event
+
+    async def cancel(self, run_id: str) -> coordinator_pb2.Run:
+        run = self.get_run(run_id)
+        controller = self.controllers.get(run.run_id)
+        if controller is not None:
+            await controller.cancel()
+            return controller.run
+        return run
+
+    async def on_worker_report(self, report: worker_reports_pb2.WorkerReport) -> None:
+        controller = self.controllers.get(report.run_id)
+        if controller is not None:
+            await controller.on_report(report)
+
+    async def shutdown(self) -> None:
+        for controller in list(self.controllers.values()):
+            if controller.run.state not in TERMINAL:
+                await controller.cancel()
+
+    def download_checkpoint(self, checkpoint: str) -> AsyncIterator[coordinator_pb2.FileChunk]:
+        store, path = checkpoint_location(self.store, self, checkpoint)
+        return iter_checkpoint_files(store, path)
+
+    @staticmethod
+    def state_name(state: int) -> str:
+        return _STATE_NAMES.get(state, str(state))
+
+
+CHUNK_BYTES = 1 << 20
+
+
+def checkpoint_location(store: Store, runs: RunManager, checkpoint: str) -> tuple[Store, str]:
+    """The store and path of a checkpoint named by URI or ``<run id or name>/<checkpoint id>``."""
+    if not checkpoint:
+        raise InvalidArgumentError("checkpoint is required", field="checkpoint")
+    if "://" in checkpoint:
+        ckpt = Checkpoint(checkpoint)
+        return Store.for_filesystem(ckpt.filesystem, ckpt.path), ckpt.path
+    run_ref, _, checkpoint_id = checkpoint.partition("/")
+    run = runs.get_run(run_ref)
+    if not checkpoint_id:
+        if not run.HasField("latest_checkpoint"):
+            raise NotFoundError(f"run {run_ref!r} has no checkpoint")
+        checkpoint_id = run.latest_checkpoint.checkpoint_id
+    if checkpoint_id not in {c.checkpoint_id for c in run.best_checkpoints}:
+        raise NotFoundError(f"run {run_ref!r} has no checkpoint {checkpoint_id!r}")
+    return store, store.checkpoint_dir(run.run_id, checkpoint_id)
+
+
+async def iter_checkpoint_files(store: Store, path: str) -> AsyncIterator[coordinator_pb2.FileChunk]:
+    """Streams every file of a checkpoint directory in chunks."""
+    files = await asyncio.to_thread(store.walk_files, path)
+    if not files:
+        raise NotFoundError(f"checkpoint {store.uri_of(path)} has no files")
+    for rel, _ in files:
+        data = await asyncio.to_thread(store.read_bytes, f"{path}/{rel}")
+        for offset in range(0, max(len(data), 1), CHUNK_BYTES):
+            yield coordinator_pb2.FileChunk(path=rel, offset=offset, data=data[offset : offset + CHUNK_BYTES])

@@ -1,0 +1,138 @@
+"""The coordinator's gRPC server: Coordinator + WorkerReports, health, reflection."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+
+import grpc
+import ray
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from trainwire.storage import Store
+from trainwire.v1 import coordinator_pb2, coordinator_pb2_grpc, worker_reports_pb2, worker_reports_pb2_grpc
+from trainwire_coordinator.datasets import DatasetService
+from trainwire_coordinator.metadata import open_metadata_store
+from trainwire_coordinator.run_manager import RunManager
+from trainwire_coordinator.servicer import BearerTokenInterceptor, CoordinatorServicer, WorkerReportsServicer
+from trainwire_coordinator.settings import CoordinatorSettings
+
+logger = logging.getLogger(__name__)
+
+SERVICE_NAMES = (
+    coordinator_pb2.DESCRIPTOR.services_by_name["Coordinator"].full_name,
+    worker_reports_pb2.DESCRIPTOR.services_by_name["WorkerReports"].full_name,
+)
+
+
+def ensure_ray(settings: CoordinatorSettings) -> None:
+    """Connects to the configured Ray cluster, or starts a local one."""
+    if ray.is_initialized():
+        return
+    kwargs = {"num_cpus": settings.ray_num_cpus} if settings.ray_num_cpus and not settings.ray_address else {}
+    ray.init(address=settings.ray_address or None, include_dashboard=False, log_to_driver=True, **kwargs)
+
+
+class CoordinatorServer:
+    """One coordinator: the gRPC server and the run manager behind it."""
+
+    def __init__(self, settings: CoordinatorSettings) -> None:
+        self.settings = settings
+        self.address = ""
+        self.server: grpc.aio.Server | None = None
+        self.runs: RunManager | None = None
+
+    async def start(self) -> str:
+        """Binds the port (0 picks a free one) and returns ``host:port``."""
+        settings = self.settings
+        await asyncio.to_thread(ensure_ray, settings)
+        store = Store(settings.store)
+        metadata = open_metadata_store(settings.state)
+        self.runs = RunManager(
+            metadata,
+            store,
+            DatasetService(store),
+            lambda: self.address,
+            allow_pickled_code=settings.allow_pickled_code,
+            watch_poll_s=settings.watch_poll_s,
+            pending_reason_after_s=settings.pending_reason_after_s,
+        )
+        self.runs.recover()
+        options = [
+            ("grpc.max_send_message_length", settings.max_message_bytes),
+            ("grpc.max_receive_message_length", settings.max_message_bytes),
+        ]
+        interceptors = [BearerTokenInterceptor(settings.auth_token)] if settings.auth_token else []
+        self.server = grpc.aio.server(options=options, interceptors=interceptors)
+        coordinator_pb2_grpc.add_CoordinatorServicer_to_server(CoordinatorServicer(self.runs), self.server)
+        worker_reports_pb2_grpc.add_WorkerReportsServicer_to_server(WorkerReportsServicer(self.runs), self.server)
+        health_servicer = health.aio.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, self.server)
+        reflection.enable_server_reflection((*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), self.server)
+        port = self.server.add_insecure_port(f"{settings.host}:{settings.port}")
+        await self.server.start()
+        for name in (*SERVICE_NAMES, ""):
+            await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+        host = settings.host if settings.host not in ("0.0.0.0", "::", "[::]") else ray.util.get_node_ip_address()
+        self.address = f"{host}:{port}"
+        return self.address
+
+    async def stop(self, grace_s: float = 5.0) -> None:
+        if self.runs is not None:
+            await self.runs.shutdown()
+        if self.server is not None:
+            await self.server.stop(grace_s)
+        if self.runs is not None:
+            self.runs.metadata.close()
+
+
+class CoordinatorThread:
+    """Runs a coordinator on its own event loop in a background thread (tests, embedding)."""
+
+    def __init__(self, settings: CoordinatorSettings) -> None:
+        self.server = CoordinatorServer(settings)
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name="trainwire-coordinator", daemon=True)
+
+    def start(self) -> str:
+        self._thread.start()
+        return asyncio.run_coroutine_threadsafe(self.server.start(), self.loop).result(120)
+
+    def call(self, coro, timeout_s: float = 60):  # type: ignore[no-untyped-def]
+        """Runs a coroutine on the coordinator's loop and returns its result."""
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout_s)
+
+    def stop(self) -> None:
+        self.call(self.server.stop(1.0))
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(10)
+
+
+async def serve(settings: CoordinatorSettings) -> None:
+    """Runs a coordinator until interrupted; prints the bound address first."""
+    server = CoordinatorServer(settings)
+    address = await server.start()
+    print(f"trainwire coordinator listening on {address}", flush=True)
+    try:
+        assert server.server is not None
+        await server.server.wait_for_termination()
+    finally:
+        await server.stop()
+
+
+def main(argv: list[str] | None = None) -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="trainwire coordinator", description="Run the trainwire coordinator.")
+    parser.add_argument("--host")
+    parser.add_argument("--port", type=int, help="0 picks a free port")
+    parser.add_argument("--store", help="shared store URI (file://, s3://) or path")
+    parser.add_argument("--state", help="metadata store: SQLite path or redis:// URL")
+    parser.add_argument("--ray-address", help="Ray cluster to join; default: start a local one")
+    parser.add_argument("--ray-num-cpus", type=int)
+    args = parser.parse_args(argv)
+    overrides = {k: v for k, v in vars(args).items() if v is not None}
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    asyncio.run(serve(CoordinatorSettings(**overrides)))

@@ -1,0 +1,97 @@
+"""Thin gRPC servicers: protos in, domain calls, protos out."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import grpc
+
+from trainwire.errors import InvalidArgumentError, UnauthenticatedError
+from trainwire.grpc_status import handle_errors
+from trainwire.v1 import coordinator_pb2, coordinator_pb2_grpc, worker_reports_pb2, worker_reports_pb2_grpc
+from trainwire_coordinator.run_manager import RunManager
+
+
+class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
+    def __init__(self, runs: RunManager) -> None:
+        self.runs = runs
+
+    @handle_errors
+    async def Fit(self, request: coordinator_pb2.FitRequest, context: grpc.aio.ServicerContext) -> coordinator_pb2.Run:
+        return await self.runs.fit(request)
+
+    @handle_errors
+    async def GetRun(self, request, context):  # type: ignore[no-untyped-def]
+        return self.runs.get_run(request.run_id)
+
+    @handle_errors
+    async def ListRuns(self, request, context):  # type: ignore[no-untyped-def]
+        return self.runs.list_runs(request)
+
+    @handle_errors
+    async def WatchRun(self, request, context) -> AsyncIterator[coordinator_pb2.RunEvent]:  # type: ignore[no-untyped-def]
+        async for event in self.runs.watch(request):
+            yield event
+
+    @handle_errors
+    async def CancelRun(self, request, context):  # type: ignore[no-untyped-def]
+        return await self.runs.cancel(request.run_id)
+
+    @handle_errors
+    async def GetDataset(self, request, context):  # type: ignore[no-untyped-def]
+        return self.runs.datasets.get(request.sha256)
+
+    @handle_errors
+    async def UploadDataset(self, request_iterator, context):  # type: ignore[no-untyped-def]
+        return await self.runs.datasets.upload(request_iterator)
+
+    @handle_errors
+    async def UploadCheckpoint(self, request_iterator, context):  # type: ignore[no-untyped-def]
+        raise InvalidArgumentError("UploadCheckpoint is not supported yet; resume from a store URI", field="header")
+
+    @handle_errors
+    async def DownloadCheckpoint(self, request, context):  # type: ignore[no-untyped-def]
+        async for chunk in self.runs.download_checkpoint(request.checkpoint):
+            yield chunk
+
+
+class WorkerReportsServicer(worker_reports_pb2_grpc.WorkerReportsServicer):
+    """Receives every worker's report stream; each message is handled in order."""
+
+    def __init__(self, runs: RunManager) -> None:
+        self.runs = runs
+
+    @handle_errors
+    async def ReportStream(self, request_iterator, context):  # type: ignore[no-untyped-def]
+        count = 0
+        async for report in request_iterator:
+            await self.runs.on_worker_report(report)
+            count += 1
+        return worker_reports_pb2.ReportStreamAck(reports_received=count)
+
+
+class BearerTokenInterceptor(grpc.aio.ServerInterceptor):
+    """Requires ``authorization: Bearer <token>`` on the public Coordinator service."""
+
+    def __init__(self, token: str) -> None:
+        self._expected = f"Bearer {token}"
+
+    async def intercept_service(self, continuation, handler_call_details):  # type: ignore[no-untyped-def]
+        handler = await continuation(handler_call_details)
+        if not handler_call_details.method.startswith("/trainwire.v1.Coordinator/"):
+            return handler
+        metadata = dict(handler_call_details.invocation_metadata or ())
+        if metadata.get("authorization") == self._expected:
+            return handler
+        message = UnauthenticatedError("missing or wrong 'authorization: Bearer <token>' metadata").message
+
+        async def deny(request, context):  # type: ignore[no-untyped-def]
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
+
+        if handler.request_streaming and handler.response_streaming:
+            return grpc.stream_stream_rpc_method_handler(deny)
+        if handler.request_streaming:
+            return grpc.stream_unary_rpc_method_handler(deny)
+        if handler.response_streaming:
+            return grpc.unary_stream_rpc_method_handler(deny)
+        return grpc.unary_unary_rpc_method_handler(deny)

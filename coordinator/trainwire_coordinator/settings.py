@@ -1,0 +1,38 @@
+"""Coordinator settings, read from ``TRAINWIRE_COORDINATOR_*`` environment variables."""
+
+from __future__ import annotations
+
+import os
+
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+def default_home() -> str:
+    return os.path.join(os.path.expanduser("~"), ".trainwire")
+
+
+class CoordinatorSettings(BaseSettings):
+    """Settings of one coordinator process."""
+
+    model_config = SettingsConfigDict(env_prefix="TRAINWIRE_COORDINATOR_")
+
+    host: str = "127.0.0.1"
+    port: int = 50051
+    # Shared store URI (file://, s3://) or a local path.
+    store: str = os.path.join(default_home(), "store")
+    # Metadata store: a SQLite path / sqlite:/// URL, or redis://host:port/db.
+    state: str = os.path.join(default_home(), "state.db")
+    # Ray address to connect to; empty starts a local Ray.
+    ray_address: str = ""
+    # CPUs of a local Ray started by the coordinator (0: Ray's default).
+    ray_num_cpus: int = 0
+    # Accept cloudpickled training code (code execution on the cluster).
+    allow_pickled_code: bool = True
+    # When set, every call must carry "authorization: Bearer <token>".
+    auth_token: str = ""
+    max_message_bytes: int = 64 * 1024 * 1024
+    # How long a watcher waits before polling the metadata store again
+    # (events written by another coordinator on the same Redis).
+    watch_poll_s: float = 1.0
+    # Seconds a placement group may wait before the reason is shown.
+    pending_reason_after_s: float = 1.0

@@ -1,0 +1,67 @@
+"""Regenerates the committed gRPC stubs from protos/ (run: python scripts/gen_protos.py).
+
+Use --check to fail when the committed stubs differ from what protos/ generates.
+"""
+
+from __future__ import annotations
+
+import argparse
+import filecmp
+import sys
+import tempfile
+from pathlib import Path
+
+from grpc_tools import protoc
+
+ROOT = Path(__file__).resolve().parents[1]
+PROTOS = ROOT / "protos"
+OUT = ROOT / "client"
+# Each proto tree and the import path its generated package lives at.
+TREES = {"trainwire/v1": "trainwire/v1", "inference": "trainwire/inference"}
+
+
+def generate(out_dir: Path) -> list[Path]:
+    """Generates every stub under out_dir; returns the generated paths (relative)."""
+    include = str(Path(protoc.__file__).parent / "_proto")
+    generated: list[Path] = []
+    for src, package in TREES.items():
+        files = sorted((PROTOS / src).glob("*.proto"))
+        if not files:
+            continue
+        # Map the tree onto its package path so generated imports resolve.
+        args = [
+            "protoc",
+            f"-I{include}",
+            f"-I{package}={PROTOS / src}",
+            f"-I{PROTOS}",
+            f"--python_out={out_dir}",
+            f"--pyi_out={out_dir}",
+            f"--grpc_python_out={out_dir}",
+        ] + [f"{package}/{f.name}" for f in files]
+        if protoc.main(args) != 0:
+            raise SystemExit(f"protoc failed for {src}")
+        generated += sorted(p.relative_to(out_dir) for p in (out_dir / package).glob("*_pb2*.py*"))
+    return generated
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--check", action="store_true")
+    args = parser.parse_args()
+    if not args.check:
+        generate(OUT)
+        return 0
+    with tempfile.TemporaryDirectory() as tmp:
+        drift = [
+            str(rel)
+            for rel in generate(Path(tmp))
+            if not (OUT / rel).exists() or not filecmp.cmp(Path(tmp) / rel, OUT / rel, shallow=False)
+        ]
+    if drift:
+        print("stubs differ from protos/; run python scripts/gen_protos.py:", *drift, sep="\n  ")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

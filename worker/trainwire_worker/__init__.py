@@ -1,0 +1,1 @@
+"""trainwire worker: the Ray actor runtime and the framework backends."""

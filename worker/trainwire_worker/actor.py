@@ -1,0 +1,107 @@
+"""The Ray actor that runs one rank of a run."""
+
+from __future__ import annotations
+
+import os
+import socket
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+from trainwire.checkpoint import Checkpoint
+from trainwire.storage import Store
+from trainwire.train.context import TrainContext, set_session
+from trainwire.v1 import common_pb2, coordinator_pb2, worker_reports_pb2
+from trainwire_worker.report_client import ReportStreamClient
+from trainwire_worker.session import WorkerSession
+
+
+def worker_error(rank: int, attempt: int, exc: BaseException) -> common_pb2.WorkerError:
+    """Describes an exception raised on a worker, traceback included."""
+    return common_pb2.WorkerError(
+        world_rank=rank,
+        attempt=attempt,
+        exc_type=type(exc).__name__,
+        message=str(exc),
+        traceback="".join(traceback.format_exception(exc)),
+    )
+
+
+class TrainWorker:
+    """One rank of a run: backend setup calls, then the training loop.
+
+    The coordinator wraps this class with ``ray.remote`` and places one
+    instance per bundle of the run's placement group.
+    """
+
+    def __init__(self) -> None:
+        # Backends keep per-process state here (process groups, trackers).
+        self.state: dict[str, Any] = {}
+
+    def node_info(self) -> tuple[str, str, int]:
+        """(Ray node id, node ip, pid) of this worker."""
+        import ray
+
+        return ray.get_runtime_context().get_node_id(), ray.util.get_node_ip_address(), os.getpid()
+
+    def free_port(self) -> int:
+        with socket.socket() as s:
+            s.bind(("", 0))
+            return s.getsockname()[1]
+
+    def execute(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Runs ``fn(self, *args, **kwargs)`` here: how backends set a worker up."""
+        return fn(self, *args, **kwargs)
+
+    def set_env(self, env: dict[str, str]) -> None:
+        os.environ.update(env)
+
+    def run(
+        self,
+        request_bytes: bytes,
+        context: TrainContext,
+        coordinator_address: str,
+        store_uri: str,
+        checkpoint_uri: str,
+        dataset_shards: dict[str, Any],
+        next_report_index: int,
+        train_fn: Callable[[TrainWorker, coordinator_pb2.FitRequest], None],
+    ) -> bytes:
+        """Runs the training function; returns a serialized WorkerError, or b"" on success.
+
+        Every report has reached the coordinator when this returns.
+        """
+        request = coordinator_pb2.FitRequest.FromString(request_bytes)
+        reports = ReportStreamClient(coordinator_address)
+        reports.send(
+            worker_reports_pb2.WorkerReport(
+                run_id=context.run_id,
+                attempt=context.attempt,
+                world_rank=context.world_rank,
+                hello=worker_reports_pb2.WorkerHello(world_size=context.world_size),
+            )
+        )
+        session = WorkerSession(
+            context=context,
+            store=Store(store_uri),
+            reports=reports,
+            checkpoint=Checkpoint(checkpoint_uri) if checkpoint_uri else None,
+            dataset_shards=dataset_shards,
+            next_report_index=next_report_index,
+        )
+        set_session(session)
+        error = b""
+        try:
+            train_fn(self, request)
+        except BaseException as exc:  # noqa: BLE001 - reported with rank and traceback
+            err = worker_error(context.world_rank, context.attempt, exc)
+            reports.send(
+                worker_reports_pb2.WorkerReport(
+                    run_id=context.run_id, attempt=context.attempt, world_rank=context.world_rank, error=err
+                )
+            )
+            error = err.SerializeToString()
+        finally:
+            set_session(None)
+            reports.close()
+        return error

@@ -1,0 +1,101 @@
+"""The backend interface (as Ray Train V2's) and the registry of backends."""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from trainwire.errors import InvalidArgumentError, require_installed
+from trainwire.v1 import coordinator_pb2
+
+if TYPE_CHECKING:
+    from trainwire_worker.actor import TrainWorker
+    from trainwire_worker.worker_group import WorkerGroup
+
+
+@dataclass(frozen=True)
+class DatasetSchema:
+    """What the coordinator knows about a dataset before the run starts."""
+
+    uri: str
+    format: str
+    columns: tuple[str, ...]
+
+
+class Backend:
+    """A framework's hooks around a worker group's life.
+
+    Subclasses set ``name``, ``module`` and ``package``, the trainer spec
+    they take (``spec_field``) and implement ``train``.
+    """
+
+    name: str = ""
+    module: str = ""  # imported on workers; its absence is reported with the hint
+    package: str = ""
+    spec_field: str = "data_parallel"
+    # True: datasets reach workers as Ray Data iterators (streaming_split);
+    # False: as ShardSpecs the backend reads itself.
+    uses_ray_data: bool = True
+
+    def validate(self, request: coordinator_pb2.FitRequest, datasets: dict[str, DatasetSchema]) -> None:
+        """Raises InvalidArgumentError naming the field when the request cannot run."""
+        which = request.WhichOneof("trainer")
+        if which != self.spec_field:
+            raise InvalidArgumentError(
+                f"framework {self.name!r} takes a {self.spec_field} spec, got {which or 'none'}",
+                field=self.spec_field,
+            )
+
+    async def on_start(self, group: WorkerGroup, request: coordinator_pb2.FitRequest) -> None:
+        """After the actors start: set up the framework's process group."""
+
+    async def on_training_start(self, group: WorkerGroup, request: coordinator_pb2.FitRequest) -> None:
+        """Just before the training function runs."""
+
+    async def on_shutdown(self, group: WorkerGroup, request: coordinator_pb2.FitRequest) -> None:
+        """Before the actors are killed (best effort)."""
+
+    def worker_env(self, request: coordinator_pb2.FitRequest) -> dict[str, str]:
+        """Environment variables the worker processes need at start."""
+        return {}
+
+    @staticmethod
+    def train(worker: TrainWorker, request: coordinator_pb2.FitRequest) -> None:
+        """Runs on every worker, inside the session."""
+        raise NotImplementedError
+
+
+_REGISTRY = {
+    "torch": "trainwire_worker.backends.torch:TorchBackend",
+    "xgboost": "trainwire_worker.backends.xgboost:XGBoostBackend",
+    "sklearn": "trainwire_worker.backends.sklearn:SklearnBackend",
+}
+
+
+def known_frameworks() -> list[str]:
+    return sorted(_REGISTRY)
+
+
+def get_backend(name: str, *, check_installed: bool = False) -> Backend:
+    """The backend registered under ``name``.
+
+    Raises:
+        InvalidArgumentError: Unknown framework (field ``framework``).
+        FrameworkNotInstalledError: ``check_installed`` and its package is missing.
+    """
+    if name not in _REGISTRY:
+        raise InvalidArgumentError(
+            f"unknown framework {name!r}; known: {', '.join(known_frameworks())}", field="framework"
+        )
+    module, _, cls = _REGISTRY[name].partition(":")
+    backend: Backend = getattr(importlib.import_module(module), cls)()
+    if check_installed:
+        require_installed(backend.module, backend.name, backend.package)
+    return backend
+
+
+def struct_to_dict(msg: Any) -> dict[str, Any]:
+    from google.protobuf import json_format
+
+    return json_format.MessageToDict(msg)

@@ -1,0 +1,79 @@
+"""Running the user's training loop: the train function of data-parallel backends."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import cloudpickle
+
+from trainwire.errors import InvalidArgumentError
+from trainwire.v1 import coordinator_pb2
+from trainwire_worker.backends.base import Backend, struct_to_dict
+
+if TYPE_CHECKING:
+    from trainwire_worker.actor import TrainWorker
+
+
+def load_entry_point(entry_point: str) -> Callable[..., Any]:
+    """Imports ``package.module:function``."""
+    module, sep, attr = entry_point.partition(":")
+    if not sep or not module or not attr:
+        raise InvalidArgumentError(
+            f"entry point must look like 'package.module:function', got {entry_point!r}",
+            field="data_parallel.train_loop.entry_point",
+        )
+    fn = importlib.import_module(module)
+    for part in attr.split("."):
+        fn = getattr(fn, part)
+    return fn  # type: ignore[return-value]
+
+
+def load_train_loop(spec: coordinator_pb2.DataParallelSpec) -> tuple[Callable[..., Any], dict[str, Any]]:
+    """The user's loop and its config, from pickled bytes or an entry point."""
+    source = spec.train_loop.WhichOneof("source")
+    fn = cloudpickle.loads(spec.train_loop.pickled_function) if source == "pickled_function" else None
+    if source == "entry_point":
+        fn = load_entry_point(spec.train_loop.entry_point)
+    if fn is None:
+        raise InvalidArgumentError("data_parallel.train_loop is required", field="data_parallel.train_loop")
+    if spec.pickled_train_loop_config:
+        config = cloudpickle.loads(spec.pickled_train_loop_config)
+    else:
+        config = struct_to_dict(spec.train_loop_config)
+    return fn, config
+
+
+def run_train_loop(worker: TrainWorker, request: coordinator_pb2.FitRequest) -> None:
+    """Calls ``train_loop_per_worker(config)`` (or with no argument if it takes none)."""
+    fn, config = load_train_loop(request.data_parallel)
+    if inspect.signature(fn).parameters:
+        fn(config)
+    else:
+        fn()
+
+
+class DataParallelBackend(Backend):
+    """Runs user code on every worker; subclasses add the framework's setup."""
+
+    spec_field = "data_parallel"
+    uses_ray_data = True
+
+    def validate(self, request: coordinator_pb2.FitRequest, datasets: dict) -> None:
+        super().validate(request, datasets)
+        loop = request.data_parallel.train_loop
+        source = loop.WhichOneof("source")
+        if source is None:
+            raise InvalidArgumentError(
+                "data_parallel.train_loop needs pickled_function or entry_point",
+                field="data_parallel.train_loop",
+            )
+        if source == "entry_point" and ":" not in loop.entry_point:
+            raise InvalidArgumentError(
+                f"entry point must look like 'package.module:function', got {loop.entry_point!r}",
+                field="data_parallel.train_loop.entry_point",
+            )
+
+    train = staticmethod(run_train_loop)

@@ -1,0 +1,101 @@
+"""XGBoost: distributed training through xgboost's own collective.
+
+Rank 0 runs the tracker; every worker trains inside a CommunicatorContext on
+its shard, so histograms and eval metrics are allreduced across workers.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any
+
+from trainwire import train
+from trainwire.v1 import coordinator_pb2
+from trainwire_worker.backends.base import struct_to_dict
+from trainwire_worker.backends.gbdt import GBDTBackend, checkpoint_due, report_round
+
+if TYPE_CHECKING:
+    from trainwire_worker.actor import TrainWorker
+    from trainwire_worker.worker_group import WorkerGroup
+
+MODEL_FILENAME = "model.ubj"
+
+
+def _start_tracker(worker: TrainWorker, host_ip: str, world_size: int) -> dict[str, Any]:
+    from xgboost.tracker import RabitTracker
+
+    tracker = RabitTracker(n_workers=world_size, host_ip=host_ip, sortby="task")
+    tracker.start()
+    worker.state["xgboost_tracker"] = tracker  # keeps it alive for the run
+    return tracker.worker_args()
+
+
+def _set_args(worker: TrainWorker, args: dict[str, Any]) -> None:
+    worker.state["xgboost_args"] = args
+
+
+def to_dmatrix(table: Any, label_column: str, dmatrix_params: dict[str, Any]) -> Any:
+    import xgboost
+
+    df = table.to_pandas()
+    return xgboost.DMatrix(df.drop(columns=[label_column]), label=df[label_column], **dmatrix_params)
+
+
+def train_xgboost(worker: TrainWorker, request: coordinator_pb2.FitRequest) -> None:
+    import xgboost
+    from xgboost.collective import CommunicatorContext
+
+    spec = request.gbdt
+    params = struct_to_dict(spec.params)
+    dmatrix_params = struct_to_dict(spec.dmatrix_params)
+    ctx = train.get_context()
+    params.setdefault("nthread", int(os.environ.get("OMP_NUM_THREADS", "1")))
+    shards = {name: train.get_dataset_shard(name) for name in request.datasets}
+    dtrain = to_dmatrix(shards.pop("train"), spec.label_column, dmatrix_params)
+    evals = [(dtrain, "train")] + [(to_dmatrix(t, spec.label_column, dmatrix_params), n) for n, t in shards.items()]
+
+    start_model = None
+    if (checkpoint := train.get_checkpoint()) is not None:
+        with checkpoint.as_directory() as d:
+            start_model = xgboost.Booster(model_file=os.path.join(d, MODEL_FILENAME))
+    done = start_model.num_boosted_rounds() if start_model is not None else 0
+    rounds = max(spec.num_boost_round - done, 0)
+
+    class ReportCallback(xgboost.callback.TrainingCallback):
+        def after_iteration(self, model: Any, epoch: int, evals_log: dict) -> bool:
+            metrics = {f"{d}-{m}": values[-1] for d, by_metric in evals_log.items() for m, values in by_metric.items()}
+            iteration = done + epoch + 1
+            report_round(
+                metrics,
+                iteration,
+                checkpoint_due(request, iteration, last=epoch + 1 == rounds),
+                lambda path: model.save_model(os.path.join(path, MODEL_FILENAME)),
+            )
+            return False
+
+    args = worker.state.get("xgboost_args", {})
+    with CommunicatorContext(dmlc_task_id=str(ctx.world_rank), **args):
+        booster = xgboost.train(
+            params,
+            dtrain,
+            num_boost_round=rounds,
+            evals=evals,
+            xgb_model=start_model,
+            callbacks=[ReportCallback()],
+            verbose_eval=False,
+        )
+    worker.state["model"] = booster
+
+
+class XGBoostBackend(GBDTBackend):
+    name = "xgboost"
+    module = "xgboost"
+    package = "xgboost"
+
+    async def on_training_start(self, group: WorkerGroup, request: coordinator_pb2.FitRequest) -> None:
+        if len(group) == 1:
+            return
+        args = await group.execute_single(0, _start_tracker, group.metas[0].node_ip, len(group))
+        await group.execute(_set_args, args)
+
+    train = staticmethod(train_xgboost)

@@ -1,0 +1,68 @@
+"""The worker's side of ``WorkerReports.ReportStream``: one open stream per worker.
+
+``send`` only queues the message, so a report costs the training loop a queue
+put; a background thread feeds the stream.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+
+import grpc
+
+from trainwire.v1 import worker_reports_pb2, worker_reports_pb2_grpc
+
+_CLOSE = object()
+
+
+class ReportStreamClient:
+    """Sends WorkerReport messages to the coordinator on one client stream.
+
+    Args:
+        address: The coordinator's ``host:port``.
+        max_message_bytes: Largest message to send.
+    """
+
+    def __init__(self, address: str, max_message_bytes: int = 64 << 20) -> None:
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._channel = grpc.insecure_channel(
+            address,
+            options=[
+                ("grpc.max_send_message_length", max_message_bytes),
+                ("grpc.max_receive_message_length", max_message_bytes),
+            ],
+        )
+        self._stub = worker_reports_pb2_grpc.WorkerReportsStub(self._channel)
+        self._ack: worker_reports_pb2.ReportStreamAck | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._pump, name="trainwire-report-stream", daemon=True)
+        self._thread.start()
+
+    def _messages(self):  # noqa: ANN202 - a generator for grpc
+        while (item := self._queue.get()) is not _CLOSE:
+            yield item
+
+    def _pump(self) -> None:
+        try:
+            self._ack = self._stub.ReportStream(self._messages(), wait_for_ready=True)
+        except BaseException as exc:  # noqa: BLE001 - surfaced by close()
+            self._error = exc
+
+    def send(self, report: worker_reports_pb2.WorkerReport) -> None:
+        """Queues a report; never blocks on the network."""
+        if self._error is not None:
+            raise RuntimeError(f"the report stream to the coordinator failed: {self._error}") from self._error
+        self._queue.put(report)
+
+    def close(self, timeout_s: float = 60.0) -> worker_reports_pb2.ReportStreamAck:
+        """Ends the stream and waits until the coordinator has handled every report."""
+        self._queue.put(_CLOSE)
+        self._thread.join(timeout_s)
+        self._channel.close()
+        if self._thread.is_alive():
+            raise TimeoutError(f"the coordinator did not take the reports within {timeout_s} s")
+        if self._error is not None:
+            raise RuntimeError(f"the report stream to the coordinator failed: {self._error}") from self._error
+        assert self._ack is not None
+        return self._ack

@@ -1,0 +1,115 @@
+"""The worker's implementation of the ``trainwire.train`` session."""
+
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Any
+
+from google.protobuf import struct_pb2
+
+from trainwire.checkpoint import Checkpoint
+from trainwire.errors import InvalidArgumentError
+from trainwire.storage import Store
+from trainwire.train.context import TrainContext, TrainSession
+from trainwire.v1 import common_pb2, worker_reports_pb2
+from trainwire_worker.datasets import ShardSpec, read_shard
+from trainwire_worker.report_client import ReportStreamClient
+
+
+def checkpoint_id_for(report_index: int) -> str:
+    return f"checkpoint_{report_index:06d}"
+
+
+def metrics_to_struct(metrics: dict[str, Any]) -> struct_pb2.Struct:
+    """Converts report metrics to a Struct, keeping what JSON can hold."""
+    out = struct_pb2.Struct()
+    for key, value in metrics.items():
+        out[str(key)] = _plain(value)
+    return out
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return value
+    if isinstance(value, numbers.Number):
+        number = float(value)  # numpy and torch scalars too
+        return number if math.isfinite(number) else str(number)
+    if hasattr(value, "item") and callable(value.item):
+        return _plain(value.item())
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return str(value)
+
+
+class WorkerSession(TrainSession):
+    """Reports to the coordinator and serves checkpoints and dataset shards.
+
+    Args:
+        context: This worker's place in the run.
+        store: The shared store checkpoints are written to.
+        reports: The open report stream.
+        checkpoint: What ``get_checkpoint`` returns at the start.
+        dataset_shards: Dataset name -> this worker's shard.
+        next_report_index: Index of this attempt's first report.
+    """
+
+    def __init__(
+        self,
+        context: TrainContext,
+        store: Store,
+        reports: ReportStreamClient,
+        checkpoint: Checkpoint | None,
+        dataset_shards: dict[str, Any],
+        next_report_index: int,
+    ) -> None:
+        self.context = context
+        self._store = store
+        self._reports = reports
+        self._checkpoint = checkpoint
+        self._shards = dataset_shards
+        self._next_index = next_report_index
+
+    def report(self, metrics: dict[str, Any], checkpoint: Checkpoint | None = None) -> None:
+        if not isinstance(metrics, dict):
+            raise InvalidArgumentError(f"train.report metrics must be a dict, got {type(metrics).__name__}")
+        index = self._next_index
+        self._next_index += 1
+        msg = worker_reports_pb2.TrainingReport(report_index=index, metrics=metrics_to_struct(metrics))
+        if checkpoint is not None:
+            checkpoint_id = checkpoint_id_for(index)
+            dest = self._store.checkpoint_dir(self.context.run_id, checkpoint_id)
+            with checkpoint.as_directory() as local_dir:
+                files = self._store.upload_dir(local_dir, dest)
+            msg.checkpoint_id = checkpoint_id
+            msg.files.extend(
+                common_pb2.ManifestFile(path=f.path, size_bytes=f.size_bytes, sha256=f.sha256) for f in files
+            )
+            # A checkpoint reported in this run is what a restart resumes from.
+            self._checkpoint = Checkpoint(self._store.uri_of(dest))
+        self._reports.send(
+            worker_reports_pb2.WorkerReport(
+                run_id=self.context.run_id,
+                attempt=self.context.attempt,
+                world_rank=self.context.world_rank,
+                report=msg,
+            )
+        )
+
+    def get_checkpoint(self) -> Checkpoint | None:
+        return self._checkpoint
+
+    def get_dataset_shard(self, name: str) -> Any:
+        if name not in self._shards:
+            known = ", ".join(sorted(self._shards)) or "none"
+            raise InvalidArgumentError(
+                f"get_dataset_shard: no dataset named {name!r} was passed to the trainer (datasets: {known})",
+                field="datasets",
+            )
+        shard = self._shards[name]
+        if isinstance(shard, ShardSpec):
+            # Declarative trainers get rows, read once here instead of via Ray Data.
+            shard = self._shards[name] = read_shard(shard)
+        return shard

@@ -1,0 +1,121 @@
+"""A run's group of worker actors, placed in one placement group."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import ray
+from ray.util.placement_group import PlacementGroup
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+from trainwire_worker.actor import TrainWorker
+
+
+@dataclass
+class WorkerMeta:
+    """Where a rank runs."""
+
+    world_rank: int
+    local_rank: int
+    local_world_size: int
+    node_rank: int
+    node_id: str
+    node_ip: str
+    pid: int
+
+
+def _actor_options(resources: dict[str, float]) -> dict[str, Any]:
+    extra = {k: v for k, v in resources.items() if k not in ("CPU", "GPU", "memory")}
+    opts: dict[str, Any] = {"num_cpus": resources.get("CPU", 0), "num_gpus": resources.get("GPU", 0)}
+    if extra:
+        opts["resources"] = extra
+    if "memory" in resources:
+        opts["memory"] = resources["memory"]
+    return opts
+
+
+@functools.cache
+def _remote_worker_class() -> Any:
+    return ray.remote(TrainWorker)
+
+
+class WorkerGroup:
+    """The actors of one attempt of a run, ranked by node like Ray Train's.
+
+    Create with ``await WorkerGroup.start(...)``.
+    """
+
+    def __init__(self, actors: list[Any], metas: list[WorkerMeta]) -> None:
+        self.actors = actors
+        self.metas = metas
+
+    @classmethod
+    async def start(
+        cls,
+        pg: PlacementGroup,
+        num_workers: int,
+        resources: dict[str, float],
+        env: dict[str, str] | None = None,
+    ) -> WorkerGroup:
+        actors = [
+            _remote_worker_class()
+            .options(
+                **_actor_options(resources),
+                scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=i),
+                runtime_env={"env_vars": env} if env else None,
+                max_concurrency=2,
+            )
+            .remote()
+            for i in range(num_workers)
+        ]
+        infos = await asyncio.gather(*[a.node_info.remote() for a in actors])
+        # Ranks go node by node, so local ranks are contiguous (as in Ray Train).
+        node_order: list[str] = []
+        for node_id, _, _ in infos:
+            if node_id not in node_order:
+                node_order.append(node_id)
+        order = sorted(range(num_workers), key=lambda i: (node_order.index(infos[i][0]), i))
+        actors = [actors[i] for i in order]
+        infos = [infos[i] for i in order]
+        metas = []
+        for rank, (node_id, ip, pid) in enumerate(infos):
+            same_node = [i for i, info in enumerate(infos) if info[0] == node_id]
+            metas.append(
+                WorkerMeta(
+                    world_rank=rank,
+                    local_rank=same_node.index(rank),
+                    local_world_size=len(same_node),
+                    node_rank=node_order.index(node_id),
+                    node_id=node_id,
+                    node_ip=ip,
+                    pid=pid,
+                )
+            )
+        return cls(actors, metas)
+
+    def __len__(self) -> int:
+        return len(self.actors)
+
+    async def execute(self, fn: Callable[..., Any], *args: Any) -> list[Any]:
+        """Runs ``fn(worker, *args)`` on every worker at once; returns results by rank."""
+        return await asyncio.gather(*[a.execute.remote(fn, *args) for a in self.actors])
+
+    async def execute_single(self, rank: int, fn: Callable[..., Any], *args: Any) -> Any:
+        return await self.actors[rank].execute.remote(fn, *args)
+
+    async def execute_each(self, fn: Callable[..., Any], args_by_rank: list[tuple[Any, ...]]) -> list[Any]:
+        """Runs ``fn(worker, *args_by_rank[rank])`` on every worker at once."""
+        return await asyncio.gather(*[a.execute.remote(fn, *args) for a, args in zip(self.actors, args_by_rank)])
+
+    def shutdown(self, graceful: bool = False) -> None:
+        """Ends the actors: politely after success, at once after a failure or cancel."""
+        for actor in self.actors:
+            if graceful:
+                actor.__ray_terminate__.remote()
+            else:
+                ray.kill(actor, no_restart=True)
+        self.actors = []
