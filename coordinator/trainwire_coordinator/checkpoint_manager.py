@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import hashlib
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from google.protobuf import json_format, timestamp_pb2
 
+from trainwire.checkpoint import PREPROCESSOR_NAME
 from trainwire.config import CheckpointConfig
 from trainwire.storage import MANIFEST_NAME, Store
 from trainwire.v1 import common_pb2
@@ -53,11 +55,14 @@ class CheckpointManager:
     that is gone.
     """
 
-    def __init__(self, store: Store, run_id: str, run_name: str, config: CheckpointConfig) -> None:
+    def __init__(self, store: Store, run_id: str, run_name: str, config: CheckpointConfig, framework: str = "") -> None:
         self.store = store
         self.run_id = run_id
         self.run_name = run_name
         self.config = config
+        self.framework = framework
+        # The run's fitted preprocessor, saved into every checkpoint.
+        self.preprocessor_bytes = b""
         self.checkpoints: list[CommittedCheckpoint] = []
 
     # --- ranking -----------------------------------------------------------
@@ -86,7 +91,15 @@ class CheckpointManager:
     # --- commit --------------------------------------------------------------
     def commit(self, checkpoint_id: str, index: int, metrics: dict[str, Any], files: list[Any]) -> CommittedCheckpoint:
         """Writes the manifest (last), updates the index, then deletes what retention drops."""
+        directory = self.store.checkpoint_dir(self.run_id, checkpoint_id)
         entries = {f.path: {"path": f.path, "size_bytes": f.size_bytes, "sha256": f.sha256} for f in files}
+        if self.preprocessor_bytes:
+            self.store.write_bytes(f"{directory}/{PREPROCESSOR_NAME}", self.preprocessor_bytes)
+            entries[PREPROCESSOR_NAME] = {
+                "path": PREPROCESSOR_NAME,
+                "size_bytes": len(self.preprocessor_bytes),
+                "sha256": hashlib.sha256(self.preprocessor_bytes).hexdigest(),
+            }
         ckpt = CommittedCheckpoint(
             checkpoint_id=checkpoint_id,
             index=index,
@@ -95,10 +108,15 @@ class CheckpointManager:
             created_at=time.time(),
             files=sorted(entries.values(), key=lambda e: e["path"]),
         )
-        directory = self.store.checkpoint_dir(self.run_id, checkpoint_id)
         self.store.write_json(
             f"{directory}/{MANIFEST_NAME}",
-            {"run_id": self.run_id, "checkpoint_id": checkpoint_id, "metrics": metrics, "files": ckpt.files},
+            {
+                "run_id": self.run_id,
+                "checkpoint_id": checkpoint_id,
+                "framework": self.framework,
+                "metrics": metrics,
+                "files": ckpt.files,
+            },
         )
         self.checkpoints.append(ckpt)
         dropped = self._apply_retention()

@@ -69,6 +69,19 @@ def _error_from_exception(rank: int, attempt: int, exc: BaseException) -> common
     )
 
 
+def _read(ds: DatasetSchema) -> Any:
+    import ray.data
+
+    return (ray.data.read_csv if ds.format == "csv" else ray.data.read_parquet)(ds.uri)
+
+
+def _split(ds: DatasetSchema, world_size: int, preprocessor: Any) -> list[Any]:
+    data = _read(ds)
+    if preprocessor is not None:
+        data = preprocessor.transform(data)
+    return data.streaming_split(world_size, equal=True)
+
+
 class RunController:
     """Runs one run to its end: placement, backend setup, training, restarts.
 
@@ -105,6 +118,7 @@ class RunController:
         self._cancel_requested = False
         self._stop_reached = False
         self._max_report_index = 0
+        self._preprocessor: Any = None
         self._pending: dict[int, dict[int, worker_reports_pb2.TrainingReport]] = {}
 
     # --- lifecycle -----------------------------------------------------------
@@ -213,24 +227,32 @@ class RunController:
             self._group = None
             remove_placement_group(pg)
 
+    def _fit_preprocessor(self) -> Any:
+        """Fits the run's preprocessor on the train dataset once per run (as Ray Train's driver does)."""
+        if self._preprocessor is None and self.request.pickled_preprocessor:
+            import cloudpickle
+
+            preprocessor = cloudpickle.loads(self.request.pickled_preprocessor)
+            if preprocessor.fit_status().name in ("NOT_FITTED", "PARTIALLY_FITTED"):
+                preprocessor.fit(_read(self.datasets["train"]))
+            self._preprocessor = preprocessor
+            self.checkpoints.preprocessor_bytes = cloudpickle.dumps(preprocessor)
+        return self._preprocessor
+
     async def _dataset_shards(self, world_size: int) -> list[dict[str, Any]]:
+        preprocessor = await asyncio.to_thread(self._fit_preprocessor)
         shards: list[dict[str, Any]] = [{} for _ in range(world_size)]
         for name, ds in self.datasets.items():
             if self.backend.uses_ray_data:
-                iterators = await asyncio.to_thread(self._split, ds, world_size)
+                iterators = await asyncio.to_thread(_split, ds, world_size, preprocessor)
                 for rank in range(world_size):
                     shards[rank][name] = iterators[rank]
             else:
                 for rank in range(world_size):
-                    shards[rank][name] = ShardSpec(ds.uri, ds.format, rank, world_size)
+                    shards[rank][name] = ShardSpec(
+                        ds.uri, ds.format, rank, world_size, self.checkpoints.preprocessor_bytes
+                    )
         return shards
-
-    @staticmethod
-    def _split(ds: DatasetSchema, world_size: int) -> list[Any]:
-        import ray.data
-
-        reader = ray.data.read_csv if ds.format == "csv" else ray.data.read_parquet
-        return reader(ds.uri).streaming_split(world_size, equal=True)
 
     async def _train(self, group: WorkerGroup, shards: list[dict[str, Any]]) -> common_pb2.WorkerError | None:
         latest = self.checkpoints.latest

@@ -197,7 +197,9 @@ class RunManager:
                 pending_reason_after_s=self.pending_reason_after_s,
             ),
             policy=self.policy_factory(run_config.failure_config),
-            checkpoints=CheckpointManager(self.store, run_id, name, run_config.checkpoint_config or CheckpointConfig()),
+            checkpoints=CheckpointManager(
+                self.store, run_id, name, run_config.checkpoint_config or CheckpointConfig(), request.framework
+            ),
         )
         self.controllers[run_id] = controller
         controller.start()

@@ -19,6 +19,8 @@ class ShardSpec:
     format: str
     rank: int
     world_size: int
+    # cloudpickle of the run's fitted preprocessor, applied after reading.
+    preprocessor: bytes = b""
 
 
 def guess_format(uri: str, declared: str = "") -> str:
@@ -37,4 +39,10 @@ def read_shard(spec: ShardSpec) -> pa.Table:
     table = open_dataset(spec.uri, spec.format).to_table()
     bounds = np.linspace(0, table.num_rows, spec.world_size + 1).astype(int)
     start, stop = bounds[spec.rank], bounds[spec.rank + 1]
-    return table.slice(start, stop - start)
+    shard = table.slice(start, stop - start)
+    if spec.preprocessor:
+        import cloudpickle
+
+        df = cloudpickle.loads(spec.preprocessor).transform_batch(shard.to_pandas())
+        shard = pa.Table.from_pandas(df, preserve_index=False)
+    return shard

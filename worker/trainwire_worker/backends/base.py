@@ -96,6 +96,17 @@ def get_backend(name: str, *, check_installed: bool = False) -> Backend:
 
 
 def struct_to_dict(msg: Any) -> dict[str, Any]:
+    """A Struct as a dict; whole numbers come back as ints (a Struct keeps only doubles)."""
     from google.protobuf import json_format
 
-    return json_format.MessageToDict(msg)
+    return _ints(json_format.MessageToDict(msg))
+
+
+def _ints(value: Any) -> Any:
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return {k: _ints(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_ints(v) for v in value]
+    return value

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
 import tempfile
 from collections.abc import Callable
 from typing import Any
 
 from trainwire import train
-from trainwire.checkpoint import Checkpoint
+from trainwire.checkpoint import METADATA_NAME, Checkpoint
 from trainwire.errors import InvalidArgumentError
 from trainwire.v1 import coordinator_pb2
 from trainwire_worker.backends.base import Backend, DatasetSchema
@@ -43,16 +46,38 @@ def report_round(
     metrics: dict[str, Any],
     iteration: int,
     checkpoint_now: bool,
-    save_model: Callable[[str], None],
+    save_model: Callable[[str], bytes],
+    num_rows: int,
 ) -> None:
-    """Reports one boosting round; rank 0 writes the model when a checkpoint is due."""
+    """Reports one boosting round.
+
+    When a checkpoint is due, rank 0 writes the model and every rank adds a
+    ``worker_<rank>.json`` summary (rows trained on, hash of its model), so a
+    checkpoint shows that all workers ended with the same model.
+    """
     metrics = {**metrics, "training_iteration": iteration}
-    if checkpoint_now and train.get_context().get_world_rank() == 0:
-        with tempfile.TemporaryDirectory() as tmp:
-            save_model(tmp)
-            train.report(metrics, checkpoint=Checkpoint.from_directory(tmp))
-    else:
+    if not checkpoint_now:
         train.report(metrics)
+        return
+    ctx = train.get_context()
+    with tempfile.TemporaryDirectory() as tmp:
+        raw = save_model(tmp if ctx.get_world_rank() == 0 else "")
+        summary = {
+            "world_rank": ctx.get_world_rank(),
+            "world_size": ctx.get_world_size(),
+            "num_rows": num_rows,
+            "model_sha256": hashlib.sha256(raw).hexdigest(),
+        }
+        with open(os.path.join(tmp, f"worker_{ctx.get_world_rank()}.json"), "w") as f:
+            json.dump(summary, f)
+        train.report(metrics, checkpoint=Checkpoint.from_directory(tmp))
+
+
+def write_model_metadata(directory: str, framework: str, feature_columns: list[str], label_column: str) -> None:
+    """Records what the model takes, so predictors can describe and check inputs."""
+    meta = {"framework": framework, "feature_columns": feature_columns, "label_column": label_column}
+    with open(os.path.join(directory, METADATA_NAME), "w") as f:
+        json.dump(meta, f)
 
 
 def checkpoint_due(request: coordinator_pb2.FitRequest, iteration: int, last: bool) -> bool:

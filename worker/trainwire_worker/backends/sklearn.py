@@ -15,6 +15,7 @@ from trainwire.checkpoint import Checkpoint
 from trainwire.errors import InvalidArgumentError
 from trainwire.v1 import coordinator_pb2
 from trainwire_worker.backends.base import Backend, DatasetSchema, struct_to_dict
+from trainwire_worker.backends.gbdt import write_model_metadata
 
 if TYPE_CHECKING:
     from trainwire_worker.actor import TrainWorker
@@ -66,6 +67,7 @@ def train_sklearn(worker: TrainWorker, request: coordinator_pb2.FitRequest) -> N
     with tempfile.TemporaryDirectory() as tmp:
         with open(os.path.join(tmp, MODEL_FILENAME), "wb") as f:
             cloudpickle.dump(estimator, f)
+        write_model_metadata(tmp, "sklearn", list(X.columns), spec.label_column)
         train.report(metrics, checkpoint=Checkpoint.from_directory(tmp))
 
 

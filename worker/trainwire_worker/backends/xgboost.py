@@ -6,13 +6,14 @@ its shard, so histograms and eval metrics are allreduced across workers.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from typing import TYPE_CHECKING, Any
 
 from trainwire import train
 from trainwire.v1 import coordinator_pb2
 from trainwire_worker.backends.base import struct_to_dict
-from trainwire_worker.backends.gbdt import GBDTBackend, checkpoint_due, report_round
+from trainwire_worker.backends.gbdt import GBDTBackend, checkpoint_due, report_round, write_model_metadata
 
 if TYPE_CHECKING:
     from trainwire_worker.actor import TrainWorker
@@ -51,7 +52,9 @@ def train_xgboost(worker: TrainWorker, request: coordinator_pb2.FitRequest) -> N
     ctx = train.get_context()
     params.setdefault("nthread", int(os.environ.get("OMP_NUM_THREADS", "1")))
     shards = {name: train.get_dataset_shard(name) for name in request.datasets}
-    dtrain = to_dmatrix(shards.pop("train"), spec.label_column, dmatrix_params)
+    train_table = shards.pop("train")
+    features = [c for c in train_table.column_names if c != spec.label_column]
+    dtrain = to_dmatrix(train_table, spec.label_column, dmatrix_params)
     evals = [(dtrain, "train")] + [(to_dmatrix(t, spec.label_column, dmatrix_params), n) for n, t in shards.items()]
 
     start_model = None
@@ -61,6 +64,15 @@ def train_xgboost(worker: TrainWorker, request: coordinator_pb2.FitRequest) -> N
     done = start_model.num_boosted_rounds() if start_model is not None else 0
     rounds = max(spec.num_boost_round - done, 0)
 
+    def save(model: Any, path: str) -> bytes:
+        """Writes the model into ``path`` (if given); returns its bytes."""
+        raw = bytes(model.save_raw(raw_format="ubj"))
+        if path:
+            with open(os.path.join(path, MODEL_FILENAME), "wb") as f:
+                f.write(raw)
+            write_model_metadata(path, "xgboost", features, spec.label_column)
+        return raw
+
     class ReportCallback(xgboost.callback.TrainingCallback):
         def after_iteration(self, model: Any, epoch: int, evals_log: dict) -> bool:
             metrics = {f"{d}-{m}": values[-1] for d, by_metric in evals_log.items() for m, values in by_metric.items()}
@@ -69,12 +81,15 @@ def train_xgboost(worker: TrainWorker, request: coordinator_pb2.FitRequest) -> N
                 metrics,
                 iteration,
                 checkpoint_due(request, iteration, last=epoch + 1 == rounds),
-                lambda path: model.save_model(os.path.join(path, MODEL_FILENAME)),
+                lambda path: save(model, path),
+                train_table.num_rows,
             )
             return False
 
-    args = worker.state.get("xgboost_args", {})
-    with CommunicatorContext(dmlc_task_id=str(ctx.world_rank), **args):
+    args = worker.state.get("xgboost_args")
+    # One worker needs no collective.
+    communicator = CommunicatorContext(dmlc_task_id=str(ctx.world_rank), **args) if args else contextlib.nullcontext()
+    with communicator:
         booster = xgboost.train(
             params,
             dtrain,

@@ -1,0 +1,1 @@
+"""Generated stubs of the Open Inference Protocol (``protos/inference``); regenerate with scripts/gen_protos.py."""

@@ -1,0 +1,154 @@
+"""``Predictor``: scores batches with a checkpoint's model, as ``ray.train.predictor.Predictor``.
+
+The same classes compute in process, in ``BatchPredictor`` on Ray Data, and
+inside the predictor service, so every path gives the same answers.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from trainwire.checkpoint import Checkpoint
+from trainwire.errors import InvalidArgumentError
+
+DataBatch = pd.DataFrame | np.ndarray | dict[str, np.ndarray]
+PREDICTIONS = "predictions"
+
+
+class Predictor:
+    """Scores batches: applies the checkpoint's preprocessor, then the model.
+
+    ``predict`` takes a pandas DataFrame, a 2-D numpy array (columns in
+    ``feature_columns`` order) or a dict of 1-D arrays, and returns a DataFrame
+    with a "predictions" column (``predictions_<i>`` for a model with several
+    outputs per row), one row per input row.
+
+    Args:
+        preprocessor: A fitted Ray Data preprocessor, or None.
+        feature_columns: The input columns the model was trained on, in order
+            (None: take the input's columns as they come).
+    """
+
+    framework = ""
+    # Protocol datatype the service advertises for each input column.
+    input_datatype = "FP64"
+    # Whether the model takes a DataFrame (else a 2-D numpy array).
+    takes_frame = False
+
+    def __init__(self, preprocessor: Any = None, feature_columns: list[str] | None = None) -> None:
+        self.preprocessor = preprocessor
+        self.feature_columns = list(feature_columns) if feature_columns else None
+
+    @classmethod
+    def from_checkpoint(cls, checkpoint: Checkpoint, **kwargs: Any) -> Predictor:
+        """Builds the predictor from a checkpoint (its model, preprocessor and metadata)."""
+        raise NotImplementedError
+
+    def get_preprocessor(self) -> Any:
+        return self.preprocessor
+
+    def set_preprocessor(self, preprocessor: Any) -> None:
+        self.preprocessor = preprocessor
+
+    @property
+    def model_columns(self) -> list[str] | None:
+        """Columns the model itself reads, after preprocessing (default: ``feature_columns``)."""
+        return self.feature_columns
+
+    def predict(self, data: DataBatch, **predict_kwargs: Any) -> pd.DataFrame:
+        """Scores one batch and returns a DataFrame with the predictions."""
+        if self.preprocessor is None and not self.takes_frame:
+            out = self._predict_numpy(self._to_matrix(data, self.model_columns), **predict_kwargs)
+        else:
+            frame = self._to_frame(data)
+            if self.preprocessor is not None:
+                frame = self.preprocessor.transform_batch(frame)
+            if self.takes_frame:
+                out = self._predict_pandas(self._select(frame, self.model_columns), **predict_kwargs)
+            else:
+                out = self._predict_numpy(self._to_matrix(frame, self.model_columns), **predict_kwargs)
+        return predictions_frame(out)
+
+    # --- what a framework implements -------------------------------------------
+    def _predict_numpy(self, data: np.ndarray, **kwargs: Any) -> Any:
+        """Scores a 2-D array; returns a 1-D or 2-D array of predictions."""
+        raise NotImplementedError
+
+    def _predict_pandas(self, data: pd.DataFrame, **kwargs: Any) -> Any:
+        """Scores a DataFrame (for models that take one)."""
+        return self._predict_numpy(data.to_numpy(), **kwargs)
+
+    # --- conversions ----------------------------------------------------------
+    def _to_frame(self, data: DataBatch) -> pd.DataFrame:
+        if isinstance(data, pd.DataFrame):
+            return data
+        if isinstance(data, dict):
+            return pd.DataFrame({k: _column(v, k) for k, v in data.items()})
+        arr = np.asarray(data)
+        if arr.ndim == 1:
+            arr = arr.reshape(-1, 1)
+        cols = self.feature_columns
+        if cols and arr.ndim == 2 and arr.shape[1] == len(cols):
+            return pd.DataFrame(arr, columns=cols)
+        return pd.DataFrame(arr)
+
+    @staticmethod
+    def _select(frame: pd.DataFrame, columns: list[str] | None) -> pd.DataFrame:
+        if not columns:
+            return frame
+        missing = [c for c in columns if c not in frame.columns]
+        if missing:
+            raise InvalidArgumentError(f"missing input column(s): {', '.join(missing)}", field="inputs")
+        return frame if list(frame.columns) == columns else frame[columns]
+
+    @classmethod
+    def _to_matrix(cls, data: DataBatch, columns: list[str] | None) -> np.ndarray:
+        if isinstance(data, pd.DataFrame):
+            return cls._select(data, columns).to_numpy()
+        if isinstance(data, dict):
+            names = columns or list(data)
+            missing = [c for c in names if c not in data]
+            if missing:
+                raise InvalidArgumentError(f"missing input column(s): {', '.join(missing)}", field="inputs")
+            return np.column_stack([_column(data[c], c) for c in names])
+        arr = np.asarray(data)
+        if arr.ndim == 1:
+            arr = arr.reshape(-1, 1)
+        if arr.ndim != 2:
+            raise InvalidArgumentError(f"expected a 2-D array of rows, got shape {list(arr.shape)}", field="inputs")
+        if columns and arr.shape[1] != len(columns):
+            raise InvalidArgumentError(
+                f"expected {len(columns)} columns ({', '.join(columns)}), got {arr.shape[1]}", field="inputs"
+            )
+        return arr
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(preprocessor={self.preprocessor!r})"
+
+
+def _column(values: Any, name: str) -> np.ndarray:
+    arr = np.asarray(values)
+    if arr.ndim == 2 and arr.shape[1] == 1:
+        arr = arr[:, 0]
+    if arr.ndim != 1:
+        raise InvalidArgumentError(
+            f"column {name!r} must be 1-D (one value per row), got shape {list(arr.shape)}", field="inputs"
+        )
+    return arr
+
+
+def predictions_frame(out: Any) -> pd.DataFrame:
+    """Wraps model output as Ray's predictors do: "predictions", or "predictions_<i>" per output column."""
+    if isinstance(out, pd.DataFrame):
+        return out
+    arr = np.asarray(out)
+    if arr.ndim == 2 and arr.shape[1] == 1:
+        arr = arr[:, 0]
+    if arr.ndim == 1:
+        return pd.DataFrame({PREDICTIONS: arr})
+    if arr.ndim == 2:
+        return pd.DataFrame({f"{PREDICTIONS}_{i}": arr[:, i] for i in range(arr.shape[1])})
+    raise ValueError(f"model output of shape {list(arr.shape)} is not one row per input row")

@@ -1,0 +1,43 @@
+"""``XGBoostPredictor``, as ``ray.train.xgboost.XGBoostPredictor``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from trainwire.checkpoint import Checkpoint
+from trainwire.predictor import Predictor
+
+
+class XGBoostPredictor(Predictor):
+    """Scores with an XGBoost booster.
+
+    Args:
+        model: The ``xgboost.Booster``.
+        preprocessor: A fitted Ray Data preprocessor, or None.
+        feature_columns: Input columns (default: the checkpoint's metadata, else the booster's feature names).
+    """
+
+    framework = "xgboost"
+
+    def __init__(self, model: Any, preprocessor: Any = None, feature_columns: list[str] | None = None) -> None:
+        super().__init__(preprocessor, feature_columns or model.feature_names)
+        self.model = model
+
+    @classmethod
+    def from_checkpoint(cls, checkpoint: Checkpoint, **kwargs: Any) -> XGBoostPredictor:
+        from trainwire.xgboost.trainer import XGBoostCheckpoint
+
+        booster = XGBoostCheckpoint.get_model(checkpoint)
+        kwargs.setdefault("feature_columns", checkpoint.get_metadata().get("feature_columns"))
+        kwargs.setdefault("preprocessor", checkpoint.get_preprocessor())
+        return cls(booster, **kwargs)
+
+    @property
+    def model_columns(self) -> list[str] | None:
+        return self.model.feature_names or self.feature_columns
+
+    def _predict_numpy(self, data: np.ndarray, **kwargs: Any) -> np.ndarray:
+        # Columns are already in the booster's order; inplace_predict skips building a DMatrix.
+        return self.model.inplace_predict(data, validate_features=False, **kwargs)

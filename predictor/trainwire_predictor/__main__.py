@@ -1,0 +1,3 @@
+from trainwire_predictor.server import main
+
+main()

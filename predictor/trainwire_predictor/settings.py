@@ -1,0 +1,30 @@
+"""Predictor settings, read from ``TRAINWIRE_PREDICTOR_*`` environment variables."""
+
+from __future__ import annotations
+
+import os
+
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+def default_store() -> str:
+    return os.path.join(os.path.expanduser("~"), ".trainwire", "store")
+
+
+class PredictorSettings(BaseSettings):
+    """Settings of one predictor process."""
+
+    model_config = SettingsConfigDict(env_prefix="TRAINWIRE_PREDICTOR_", protected_namespaces=())
+
+    host: str = "127.0.0.1"
+    # 8001 is the usual Open Inference Protocol gRPC port (Triton, KServe).
+    port: int = 8001
+    # Shared store URI (file://, s3://) or a local path; the same the coordinator writes.
+    store: str = default_store()
+    max_message_bytes: int = 64 * 1024 * 1024
+    # Loaded checkpoints kept in memory (least recently used dropped first).
+    model_cache_size: int = 16
+    # Threads that run model compute off the event loop.
+    worker_threads: int = 4
+    # How old a cached run index may get before it is read again.
+    index_refresh_s: float = 1.0
