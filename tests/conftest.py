@@ -56,7 +56,7 @@ def store(coordinator):
     return coordinator.server.runs.store
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def client(coordinator_address):
     from trainwire.client import CoordinatorClient
 

@@ -119,6 +119,7 @@ class RunController:
         self._stop_reached = False
         self._max_report_index = 0
         self._preprocessor: Any = None
+        self._commit_lock = asyncio.Lock()
         self._pending: dict[int, dict[int, worker_reports_pb2.TrainingReport]] = {}
 
     # --- lifecycle -----------------------------------------------------------
@@ -312,6 +313,10 @@ class RunController:
         self._max_report_index = max(self._max_report_index, msg.report_index)
         by_rank = self._pending.setdefault(msg.report_index, {})
         by_rank[report.world_rank] = msg
+        # Decide completeness before any await: reports of other ranks interleave here.
+        complete = len(by_rank) == self.request.scaling_config.num_workers
+        if complete:
+            del self._pending[msg.report_index]
         if report.world_rank == 0:
             self.run.latest_metrics.CopyFrom(msg.metrics)
             await self.deps.emit(
@@ -321,20 +326,20 @@ class RunController:
                 )
             )
             self._check_stop(json_format.MessageToDict(msg.metrics))
-        if len(by_rank) == self.request.scaling_config.num_workers:
-            del self._pending[msg.report_index]
-            if any(r.checkpoint_id for r in by_rank.values()):
-                await self._commit(msg.report_index, by_rank)
+        if complete and any(r.checkpoint_id for r in by_rank.values()):
+            await self._commit(msg.report_index, by_rank)
         self.deps.save_run(self.run)
 
     async def _commit(self, index: int, by_rank: dict[int, worker_reports_pb2.TrainingReport]) -> None:
         checkpoint_id = next(r.checkpoint_id for r in by_rank.values() if r.checkpoint_id)
         files = [f for r in by_rank.values() for f in r.files]
         metrics = json_format.MessageToDict(by_rank[0].metrics) if 0 in by_rank else {}
-        committed = await asyncio.to_thread(self.checkpoints.commit, checkpoint_id, index, metrics, files)
-        info = self.checkpoints.info(committed)
-        self.refresh_checkpoints()
-        await self.deps.emit(coordinator_pb2.RunEvent(run_id=self.run.run_id, checkpoint=info))
+        # Commits run one at a time, in report order (the lock is FIFO).
+        async with self._commit_lock:
+            committed = await asyncio.to_thread(self.checkpoints.commit, checkpoint_id, index, metrics, files)
+            info = self.checkpoints.info(committed)
+            self.refresh_checkpoints()
+            await self.deps.emit(coordinator_pb2.RunEvent(run_id=self.run.run_id, checkpoint=info))
 
     def refresh_checkpoints(self) -> None:
         latest = self.checkpoints.latest

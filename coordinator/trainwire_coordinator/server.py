@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import signal
 import threading
 
 import grpc
@@ -114,12 +115,16 @@ async def serve(settings: CoordinatorSettings) -> None:
     """Runs a coordinator until interrupted; prints the bound address first."""
     server = CoordinatorServer(settings)
     address = await server.start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
     print(f"trainwire coordinator listening on {address}", flush=True)
     try:
-        assert server.server is not None
-        await server.server.wait_for_termination()
+        await stop.wait()
     finally:
         await server.stop()
+        ray.shutdown()
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -46,13 +46,15 @@ def train_sklearn(worker: TrainWorker, request: coordinator_pb2.FitRequest) -> N
     X, y = train_df.drop(columns=[spec.label_column]), train_df[spec.label_column]
     metrics: dict[str, Any] = {}
     if spec.cv > 1:
+        # One scorer keeps sklearn's plain "test_score" key, as Ray's SklearnTrainer reports.
+        scoring = spec.scoring[0] if len(spec.scoring) == 1 else (list(spec.scoring) or None)
         n_jobs = spec.parallelize_cv or int(os.environ.get("OMP_NUM_THREADS", "1"))
         cv = cross_validate(
             estimator,
             X,
             y,
             cv=spec.cv,
-            scoring=list(spec.scoring) or None,
+            scoring=scoring,
             return_train_score=spec.return_train_score_cv,
             n_jobs=n_jobs,
         )

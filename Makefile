@@ -1,0 +1,34 @@
+# One entry point for set-up, the main job and the tests.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+PACKAGES := client coordinator worker predictor
+
+.PHONY: setup demo test lint protos redis-server
+
+$(STAMP): requirements.txt constraints.txt $(addsuffix /pyproject.toml,$(PACKAGES))
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q -U pip
+	$(PY) -m pip install -q -c constraints.txt -r requirements.txt
+	$(PY) -m pip install -q --no-deps $(addprefix -e ,$(PACKAGES))
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+# The main job: train on the embedded defaults (local Ray, SQLite, a local store), then serve predictions.
+demo: setup
+	$(PY) examples/quickstart.py
+
+# The Redis metadata-store tests need a real redis-server.
+redis-server:
+	@command -v redis-server >/dev/null || { apt-get update -qq && apt-get install -y -qq redis-server >/dev/null; }
+
+test: setup redis-server
+	$(PY) -m pytest -q
+
+lint: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+protos: setup
+	$(PY) scripts/gen_protos.py

@@ -1,0 +1,143 @@
+"""The ``trainwire`` command line: services, runs, checkpoints, predictions."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable
+
+from google.protobuf import json_format
+
+from trainwire.client import CoordinatorClient
+from trainwire.errors import TrainwireError
+from trainwire.v1 import common_pb2
+
+DEFAULT_ADDRESS = "127.0.0.1:50051"
+
+
+def _client(args: argparse.Namespace) -> CoordinatorClient:
+    return CoordinatorClient(args.address or os.environ.get("TRAINWIRE_ADDRESS") or DEFAULT_ADDRESS, token=args.token)
+
+
+def _print_json(message: object) -> None:
+    print(json.dumps(json_format.MessageToDict(message), indent=2))
+
+
+def _runs_list(args: argparse.Namespace) -> None:
+    states = [common_pb2.RunState.Value(s.upper()) for s in args.state]
+    response = _client(args).list_runs(states, args.page_size, args.page_token)
+    print(f"{'RUN ID':<18} {'NAME':<24} {'STATE':<11} {'FRAMEWORK':<10} REASON")
+    for run in response.runs:
+        state = common_pb2.RunState.Name(run.state)
+        print(f"{run.run_id:<18} {run.name[:24]:<24} {state:<11} {run.framework:<10} {run.state_reason}")
+    if response.next_page_token:
+        print(f"next page: --page-token {response.next_page_token}")
+
+
+def _runs_show(args: argparse.Namespace) -> None:
+    run = _client(args).get_run(args.run)
+    run.ClearField("request")
+    _print_json(run)
+
+
+def _runs_watch(args: argparse.Namespace) -> None:
+    for event in _client(args).watch_run(args.run, args.after):
+        kind = event.WhichOneof("kind")
+        body = json_format.MessageToDict(getattr(event, kind))
+        print(json.dumps({"event_id": event.event_id, kind: body}), flush=True)
+
+
+def _runs_cancel(args: argparse.Namespace) -> None:
+    run = _client(args).cancel_run(args.run)
+    print(f"{run.run_id} {common_pb2.RunState.Name(run.state)}")
+
+
+def _checkpoints_download(args: argparse.Namespace) -> None:
+    print(_client(args).download_checkpoint(args.checkpoint, args.directory))
+
+
+def _coordinator(argv: list[str]) -> None:
+    from trainwire_coordinator.server import main
+
+    main(argv)
+
+
+def _predictor(argv: list[str]) -> None:
+    from trainwire_predictor.server import main
+
+    main(argv)
+
+
+def _predict(argv: list[str]) -> None:
+    from trainwire.predictor_client import predict_main
+
+    predict_main(argv)
+
+
+# Subcommands that own their whole argument list.
+_PASSTHROUGH: dict[str, Callable[[list[str]], None]] = {
+    "coordinator": _coordinator,
+    "predictor": _predictor,
+    "predict": _predict,
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="trainwire", description="Ray Train as a service.")
+    parser.add_argument("--address", help=f"coordinator host:port (default: $TRAINWIRE_ADDRESS or {DEFAULT_ADDRESS})")
+    parser.add_argument("--token", default=os.environ.get("TRAINWIRE_TOKEN"), help="bearer token")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, help_text in [
+        ("coordinator", "run the coordinator service"),
+        ("predictor", "run the predictor service"),
+        ("predict", "ask a predictor for predictions"),
+    ]:
+        sub.add_parser(name, help=help_text, add_help=False)
+
+    runs = sub.add_parser("runs", help="list, show, watch and cancel runs").add_subparsers(dest="action", required=True)
+    p = runs.add_parser("list", help="list runs, newest first")
+    p.add_argument("--state", action="append", default=[], choices=[s.lower() for s in common_pb2.RunState.keys()][1:])
+    p.add_argument("--page-size", type=int, default=50)
+    p.add_argument("--page-token", default="")
+    p.set_defaults(fn=_runs_list)
+    for action, fn, help_text in [
+        ("show", _runs_show, "show a run as JSON"),
+        ("watch", _runs_watch, "stream a run's events as JSON lines"),
+        ("cancel", _runs_cancel, "cancel a run"),
+    ]:
+        p = runs.add_parser(action, help=help_text)
+        p.add_argument("run", help="run id or name")
+        if action == "watch":
+            p.add_argument("--after", type=int, default=0, help="start after this event id")
+        p.set_defaults(fn=fn)
+
+    ckpts = sub.add_parser("checkpoints", help="checkpoint files").add_subparsers(dest="action", required=True)
+    p = ckpts.add_parser("download", help="download a checkpoint")
+    p.add_argument("checkpoint", help="URI, or RUN/CHECKPOINT_ID, or RUN for its latest")
+    p.add_argument("directory")
+    p.set_defaults(fn=_checkpoints_download)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    for i, word in enumerate(argv):
+        if word in _PASSTHROUGH:
+            _PASSTHROUGH[word](argv[i + 1 :])
+            return 0
+        if not word.startswith("-"):
+            break
+    args = build_parser().parse_args(argv)
+    try:
+        args.fn(args)
+    except TrainwireError as err:
+        where = f" (field {err.field})" if err.field else ""
+        print(f"error: {err.code.name}: {err.message}{where}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

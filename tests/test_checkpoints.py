@@ -1,0 +1,78 @@
+"""CheckpointConfig retention, the committed index and the manifest."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+
+import pytest
+
+from trainwire import Checkpoint, CheckpointConfig, RunConfig, ScalingConfig, train
+from trainwire.torch import TorchTrainer
+
+pytestmark = pytest.mark.timeout(180)
+
+SCORES = [3.0, 1.0, 4.0, 0.5, 2.0]
+
+
+def scored_loop(config: dict) -> None:
+    for step, score in enumerate(config["scores"]):
+        with tempfile.TemporaryDirectory() as d:
+            with open(os.path.join(d, "state.txt"), "w") as f:
+                f.write(f"step {step}")
+            train.report({"score": score, "step": step}, checkpoint=Checkpoint.from_directory(d))
+
+
+@pytest.fixture(scope="module")
+def retained(coordinator):
+    return TorchTrainer(
+        scored_loop,
+        train_loop_config={"scores": SCORES},
+        scaling_config=ScalingConfig(num_workers=1),
+        run_config=RunConfig(
+            name="retention",
+            checkpoint_config=CheckpointConfig(
+                num_to_keep=2, checkpoint_score_attribute="score", checkpoint_score_order="min"
+            ),
+            verbose=0,
+        ),
+    ).fit()
+
+
+def test_keeps_the_best_n_and_the_latest_best_first(retained):
+    scores = [m["score"] for _, m in retained.best_checkpoints]
+    # Best two by "min" (0.5, 1.0) plus the latest (2.0), which is never deleted.
+    assert scores == [0.5, 1.0, 2.0]
+    assert retained.checkpoint == retained.best_checkpoints[2][0]
+    assert retained.metrics["score"] == 2.0
+
+
+def test_dropped_checkpoints_are_gone_from_the_store(retained, store):
+    base = store.path("runs", retained.run_id, "checkpoints")
+    kept = sorted(store.list_dir(base))
+    assert kept == sorted(os.path.basename(c.path) for c, _ in retained.best_checkpoints)
+    assert len(kept) == 3
+
+
+def test_index_and_manifest_describe_the_committed_checkpoints(retained, store):
+    index = store.read_json(store.index_path(retained.run_id))
+    assert [c["metrics"]["score"] for c in index["checkpoints"]] == [1.0, 0.5, 2.0]
+    assert index["best"] == os.path.basename(retained.best_checkpoints[0][0].path)
+    assert index["latest"] == os.path.basename(retained.checkpoint.path)
+    assert store.read_json(store.name_path("retention"))["run_id"] == retained.run_id
+    with retained.checkpoint.as_directory() as d:
+        manifest = json.load(open(os.path.join(d, "manifest.json")))
+        assert manifest["framework"] == "torch"
+        (entry,) = manifest["files"]
+        assert entry["path"] == "state.txt"
+        assert entry["size_bytes"] == os.path.getsize(os.path.join(d, "state.txt"))
+        import hashlib
+
+        assert entry["sha256"] == hashlib.sha256(open(os.path.join(d, "state.txt"), "rb").read()).hexdigest()
+
+
+def test_download_checkpoint_over_grpc(retained, client, tmp_path):
+    ckpt_id = os.path.basename(retained.checkpoint.path)
+    out = client.download_checkpoint(f"retention/{ckpt_id}", tmp_path / "dl")
+    assert open(os.path.join(out, "state.txt")).read() == "step 4"

@@ -1,0 +1,39 @@
+"""SklearnTrainer: one estimator on one worker, CV scores in the metrics."""
+
+from __future__ import annotations
+
+import pytest
+from sklearn.ensemble import RandomForestClassifier
+
+from trainwire import RunConfig
+from trainwire.errors import InvalidArgumentError
+from trainwire.sklearn import SklearnCheckpoint, SklearnTrainer
+
+pytestmark = pytest.mark.timeout(180)
+
+
+def test_fits_scores_and_cross_validates(coordinator, cancer_data):
+    train_df, valid_df = cancer_data
+    result = SklearnTrainer(
+        estimator=RandomForestClassifier(n_estimators=20, random_state=0),
+        label_column="target",
+        datasets={"train": train_df, "valid": valid_df},
+        cv=3,
+        scoring="accuracy",
+        run_config=RunConfig(name="forest", verbose=0),
+    ).fit()
+    assert len(result.metrics["cv/test_score"]) == 3
+    assert result.metrics["cv/test_score_mean"] > 0.85
+    assert result.metrics["valid/score"] > 0.9
+    assert isinstance(result.checkpoint, SklearnCheckpoint)
+    estimator = result.checkpoint.get_estimator()
+    features = valid_df.drop(columns=["target"])
+    assert estimator.score(features, valid_df["target"]) == pytest.approx(result.metrics["valid/score"])
+    meta = result.checkpoint.get_metadata()
+    assert meta["feature_columns"] == list(features.columns)
+
+
+def test_cv_must_be_at_least_two():
+    with pytest.raises(InvalidArgumentError) as info:
+        SklearnTrainer(estimator=RandomForestClassifier(), label_column="target", cv=1)
+    assert info.value.field == "sklearn.cv"
