@@ -119,3 +119,31 @@ def test_checkpoint_frequency_and_resume(coordinator, cancer_data):
     # Ray Train semantics: num_boost_round counts the rounds already in the checkpoint.
     assert XGBoostTrainer.get_model(resumed.checkpoint).num_boosted_rounds() == 10
     assert list(resumed.metrics_dataframe["training_iteration"]) == [7, 8, 9, 10]
+
+
+def _worker_pids(result) -> list[int]:
+    with result.checkpoint.as_directory() as d:
+        return [json.load(open(os.path.join(d, f"worker_{rank}.json")))["pid"] for rank in (0, 1)]
+
+
+def test_warm_workers_serve_the_next_run_of_the_same_shape(coordinator, cancer_data):
+    train_df, _ = cancer_data
+
+    def fit():
+        return XGBoostTrainer(
+            params=PARAMS,
+            label_column="target",
+            num_boost_round=3,
+            datasets={"train": train_df},
+            scaling_config=ScalingConfig(num_workers=2),
+            run_config=RunConfig(verbose=0),
+        ).fit()
+
+    reused_before = coordinator.server.runs.pool.reused
+    first, second = fit(), fit()
+    assert _worker_pids(first) == _worker_pids(second)
+    assert coordinator.server.runs.pool.reused == reused_before + 1
+    # Same model from warm workers: no state leaks from one run into the next.
+    assert (
+        XGBoostTrainer.get_model(first.checkpoint).save_raw() == XGBoostTrainer.get_model(second.checkpoint).save_raw()
+    )

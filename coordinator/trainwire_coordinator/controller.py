@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import ray
@@ -21,6 +21,7 @@ from trainwire.train.context import TrainContext
 from trainwire.v1 import common_pb2, coordinator_pb2, worker_reports_pb2
 from trainwire_coordinator.checkpoint_manager import CheckpointManager, flatten_metrics
 from trainwire_coordinator.failure_policy import FailurePolicy
+from trainwire_coordinator.worker_pool import WorkerPool
 from trainwire_worker.backends.base import Backend, DatasetSchema
 from trainwire_worker.datasets import ShardSpec
 from trainwire_worker.worker_group import WorkerGroup
@@ -40,6 +41,7 @@ class ControllerDeps:
     emit: Callable[[coordinator_pb2.RunEvent], Awaitable[int]]
     coordinator_address: Callable[[], str]
     pending_reason_after_s: float = 1.0
+    pool: WorkerPool = field(default_factory=lambda: WorkerPool(0))
 
 
 def _check_framework(worker: Any, module: str, framework: str, package: str) -> None:
@@ -194,21 +196,48 @@ class RunController:
             interrupt.cancel()
         return pg
 
-    async def _run_attempt(self) -> common_pb2.WorkerError | None:
-        """Runs one worker group to its end; returns the first worker error, if any."""
-        self._pending.clear()
+    def _pool_key(self) -> tuple:
+        scaling = self.request.scaling_config
+        bundles = tuple(tuple(sorted(b.items())) for b in bundles_for(scaling))
+        env = tuple(sorted(self.backend.worker_env(self.request).items()))
+        return (self.backend.name, bundles, scaling.placement_strategy or "PACK", env)
+
+    async def _start_group(self) -> tuple[Any, WorkerGroup]:
+        """A warm group of the same shape if the pool has one, else a new placement group and actors."""
+        key = self._pool_key()
+        if self.backend.reuse_workers and (warm := self.deps.pool.acquire(key)) is not None:
+            await self._set_state(common_pb2.STARTING, "reusing warm workers")
+            return warm
+        # Idle pooled groups hold resources this run may need.
+        self.deps.pool.evict_all()
         pg = await self._reserve()
-        group: WorkerGroup | None = None
-        error: common_pb2.WorkerError | None = None
+        if self._cancel_requested:
+            return pg, None  # type: ignore[return-value]
+        await self._set_state(common_pb2.STARTING)
+        scaling = self.request.scaling_config
         try:
-            if self._cancel_requested:
-                return None
-            await self._set_state(common_pb2.STARTING)
-            scaling = self.request.scaling_config
-            group = self._group = await WorkerGroup.start(
+            group = await WorkerGroup.start(
                 pg, scaling.num_workers, bundles_for(scaling)[-1], self.backend.worker_env(self.request)
             )
             await group.execute(_check_framework, self.backend.module, self.backend.name, self.backend.package)
+        except BaseException:
+            remove_placement_group(pg)
+            raise
+        return pg, group
+
+    async def _run_attempt(self) -> common_pb2.WorkerError | None:
+        """Runs one worker group to its end; returns the first worker error, if any."""
+        self._pending.clear()
+        try:
+            pg, group = await self._start_group()
+        except Exception as exc:  # noqa: BLE001 - a group that cannot start is a failed attempt
+            return None if self._cancel_requested else _error_from_exception(0, self.attempt, exc)
+        if group is None:
+            remove_placement_group(pg)
+            return None
+        self._group = group
+        error: common_pb2.WorkerError | None = None
+        try:
             await self.backend.on_start(group, self.request)
             await self.backend.on_training_start(group, self.request)
             shards = await self._dataset_shards(len(group))
@@ -219,14 +248,17 @@ class RunController:
             error = _error_from_exception(0, self.attempt, exc)
             return None if self._cancel_requested else error
         finally:
-            if group is not None:
-                try:
-                    await asyncio.wait_for(self.backend.on_shutdown(group, self.request), 10)
-                except Exception:  # noqa: BLE001 - best effort on a group being torn down
-                    pass
-                group.shutdown(graceful=error is None and not self._interrupt.is_set())
+            clean = error is None and not self._interrupt.is_set()
+            try:
+                await asyncio.wait_for(self.backend.on_shutdown(group, self.request), 10)
+            except Exception:  # noqa: BLE001 - best effort on a group being torn down
+                clean = False
             self._group = None
-            remove_placement_group(pg)
+            if clean and self.backend.reuse_workers:
+                await self.deps.pool.release(self._pool_key(), pg, group)
+            else:
+                group.shutdown(graceful=clean)
+                remove_placement_group(pg)
 
     def _fit_preprocessor(self) -> Any:
         """Fits the run's preprocessor on the train dataset once per run (as Ray Train's driver does)."""

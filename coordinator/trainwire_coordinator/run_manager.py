@@ -28,6 +28,7 @@ from trainwire_coordinator.datasets import DatasetService
 from trainwire_coordinator.events import EventLog
 from trainwire_coordinator.failure_policy import FailurePolicy
 from trainwire_coordinator.metadata import MetadataStore, RunRecord
+from trainwire_coordinator.worker_pool import WorkerPool
 from trainwire_worker.backends import get_backend
 
 logger = logging.getLogger(__name__)
@@ -92,6 +93,7 @@ class RunManager:
         allow_pickled_code: bool = True,
         watch_poll_s: float = 1.0,
         pending_reason_after_s: float = 1.0,
+        worker_pool_idle_s: float = 0.0,
         policy_factory: Callable[[FailureConfig], FailurePolicy] = FailurePolicy,
     ) -> None:
         self.metadata = metadata
@@ -102,6 +104,7 @@ class RunManager:
         self.allow_pickled_code = allow_pickled_code
         self.pending_reason_after_s = pending_reason_after_s
         self.policy_factory = policy_factory
+        self.pool = WorkerPool(worker_pool_idle_s)
         self.controllers: dict[str, RunController] = {}
 
     def recover(self) -> None:
@@ -195,6 +198,7 @@ class RunManager:
                 emit=self.events.append,
                 coordinator_address=self.coordinator_address,
                 pending_reason_after_s=self.pending_reason_after_s,
+                pool=self.pool,
             ),
             policy=self.policy_factory(run_config.failure_config),
             checkpoints=CheckpointManager(
@@ -254,6 +258,7 @@ class RunManager:
         for controller in list(self.controllers.values()):
             if controller.run.state not in TERMINAL:
                 await controller.cancel()
+        self.pool.evict_all()
 
     def download_checkpoint(self, checkpoint: str) -> AsyncIterator[coordinator_pb2.FileChunk]:
         store, path = checkpoint_location(self.store, self, checkpoint)

@@ -59,6 +59,7 @@ class CoordinatorServer:
             allow_pickled_code=settings.allow_pickled_code,
             watch_poll_s=settings.watch_poll_s,
             pending_reason_after_s=settings.pending_reason_after_s,
+            worker_pool_idle_s=settings.worker_pool_idle_s,
         )
         self.runs.recover()
         options = [

@@ -37,6 +37,9 @@ class Backend:
     # True: datasets reach workers as Ray Data iterators (streaming_split);
     # False: as ShardSpecs the backend reads itself.
     uses_ray_data: bool = True
+    # True when no user code keeps state in the worker process, so a warm
+    # worker can serve the next run of the same shape.
+    reuse_workers: bool = False
 
     def validate(self, request: coordinator_pb2.FitRequest, datasets: dict[str, DatasetSchema]) -> None:
         """Raises InvalidArgumentError naming the field when the request cannot run."""

@@ -21,6 +21,7 @@ class GBDTBackend(Backend):
 
     spec_field = "gbdt"
     uses_ray_data = False
+    reuse_workers = True
 
     def validate(self, request: coordinator_pb2.FitRequest, datasets: dict[str, DatasetSchema]) -> None:
         super().validate(request, datasets)
@@ -66,6 +67,7 @@ def report_round(
             "world_rank": ctx.get_world_rank(),
             "world_size": ctx.get_world_size(),
             "num_rows": num_rows,
+            "pid": os.getpid(),
             "model_sha256": hashlib.sha256(raw).hexdigest(),
         }
         with open(os.path.join(tmp, f"worker_{ctx.get_world_rank()}.json"), "w") as f:

@@ -79,6 +79,7 @@ class SklearnBackend(Backend):
     package = "scikit-learn"
     spec_field = "sklearn"
     uses_ray_data = False
+    reuse_workers = True
 
     def validate(self, request: coordinator_pb2.FitRequest, datasets: dict[str, DatasetSchema]) -> None:
         super().validate(request, datasets)
