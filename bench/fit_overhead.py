@@ -37,7 +37,7 @@ class Timing:
     method: str
     walls: list[float] = field(default_factory=list)
     accuracy: float | None = None
-    error: str = ""
+    failures: int = 0
 
     @property
     def median(self) -> float | None:
@@ -84,13 +84,16 @@ def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
 
 
 # --- 1. trainwire ---------------------------------------------------------
-def bench_trainwire(train_df: Any, valid_df: Any, rounds: int, repeats: int) -> Timing:
+def bench_trainwire(train_df: Any, valid_df: Any, rounds: int, repeats: int) -> tuple[Timing, Timing]:
+    """The first fit starts worker processes (cold); later fits reuse the warm pool."""
     from trainwire import RunConfig, ScalingConfig
     from trainwire.xgboost import XGBoostCheckpoint, XGBoostTrainer
 
-    timing = Timing("trainwire XGBoostTrainer")
+    cold = Timing("trainwire XGBoostTrainer, cold workers")
+    warm = Timing("trainwire XGBoostTrainer, warm workers")
     stamp = int(time.time())
-    for i in range(repeats):
+    for i in range(repeats + 1):
+        timing = cold if i == 0 else warm
 
         def fit(i: int = i) -> Any:
             return XGBoostTrainer(
@@ -104,18 +107,19 @@ def bench_trainwire(train_df: Any, valid_df: Any, rounds: int, repeats: int) -> 
 
         try:
             wall, result = timed(fit)
-        except Exception:
-            timing.error = traceback.format_exc()
-            print(f"trainwire run {i} failed:\n{timing.error}", file=sys.stderr)
-            break
+        except Exception as exc:
+            timing.failures += 1
+            print(f"trainwire run {i} failed:\n{traceback.format_exc()}", file=sys.stderr)
+            print(f"  trainwire run {i}: FAILED ({type(exc).__name__}: {str(exc)[:300]})", flush=True)
+            continue
         timing.walls.append(wall)
         if result.checkpoint is None:
-            timing.error = f"run {result.name} ({result.run_id}) returned no checkpoint"
-            print(timing.error, file=sys.stderr)
+            timing.failures += 1
+            print(f"run {result.name} ({result.run_id}) returned no checkpoint", file=sys.stderr)
         else:
             timing.accuracy = accuracy(XGBoostCheckpoint.get_model(result.checkpoint), valid_df)
         print(f"  trainwire run {i}: {wall:.2f} s, state {result.state}, checkpoint {result.checkpoint}", flush=True)
-    return timing
+    return cold, warm
 
 
 def bench_report(address: str, store_dir: str, calls: int) -> tuple[float, float, int]:
@@ -199,8 +203,8 @@ def bench_ray_train(train_df: Any, valid_df: Any, rounds: int, storage: str) -> 
     try:
         wall, result = timed(fit)
     except Exception:
-        timing.error = traceback.format_exc()
-        print(f"Ray Train failed:\n{timing.error}", file=sys.stderr)
+        timing.failures += 1
+        print(f"Ray Train failed:\n{traceback.format_exc()}", file=sys.stderr)
         return timing
     timing.walls.append(wall)
     timing.accuracy = accuracy(RayTrainReportCallback.get_model(result.checkpoint), valid_df)
@@ -241,7 +245,7 @@ def print_table(rows: list[Timing], baseline: float | None) -> None:
         med = row.median
         cells.append(
             (
-                row.method + (f" [n={len(row.walls)}]" if row.walls else ""),
+                f"{row.method} [n={len(row.walls)}" + (f", {row.failures} failed]" if row.failures else "]"),
                 "ERROR" if med is None else f"{med:.3f}",
                 "-" if med is None or not baseline else f"{med / baseline:.2f}x",
                 "-" if row.accuracy is None else f"{row.accuracy:.4f}",
@@ -281,8 +285,8 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[Timing] = []
     report: tuple[float, float, int] | None = None
     try:
-        tw = bench_trainwire(train_df, valid_df, args.rounds, args.repeats)
-        rows.append(tw)
+        tw, tw_warm = bench_trainwire(train_df, valid_df, args.rounds, args.repeats)
+        rows += [tw, tw_warm]
         try:
             report = bench_report(address, store_dir, args.report_calls)
         except Exception:
@@ -302,14 +306,17 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print_table(rows, tw.median)
     print()
-    fit_ok = tw.median is not None and tw.median < FIT_TARGET_S
-    shown = "n/a" if tw.median is None else f"{tw.median:.2f} s"
-    print(f"trainwire fit overhead target < {FIT_TARGET_S:g} s: {'PASS' if fit_ok else 'FAIL'} (median {shown})")
+    for timing in (tw, tw_warm):
+        fit_ok = timing.median is not None and timing.median < FIT_TARGET_S
+        shown = "n/a" if timing.median is None else f"{timing.median:.2f} s"
+        failed = f"; {timing.failures} runs failed" if timing.failures else ""
+        verdict = "PASS" if fit_ok else "FAIL"
+        print(f"{timing.method}: fit target < {FIT_TARGET_S:g} s: {verdict} (median {shown}{failed})")
     if report is None:
         print(f"report cost target < {REPORT_TARGET_MS:g} ms: FAIL (benchmark errored)")
     else:
         mean, p99, acked = report
-        verdict = "PASS" if mean < REPORT_TARGET_MS else "FAIL"
+        verdict = "PASS" if max(mean, p99) < REPORT_TARGET_MS else "FAIL"
         print(
             f"report cost target < {REPORT_TARGET_MS:g} ms: {verdict} (mean {mean:.3f} ms, p99 {p99:.3f} ms; "
             f"{acked}/{args.report_calls} acked by the coordinator)"

@@ -1,0 +1,88 @@
+"""Config objects and checkpoint retention as plain objects (no servers)."""
+
+from __future__ import annotations
+
+import pytest
+
+from trainwire import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
+from trainwire.errors import InvalidArgumentError
+from trainwire.storage import ManifestEntry, Store
+from trainwire.v1 import common_pb2
+from trainwire_coordinator.checkpoint_manager import CheckpointManager, flatten_metrics
+from trainwire_coordinator.failure_policy import FailurePolicy
+
+pytestmark = pytest.mark.timeout(30)
+
+
+@pytest.mark.parametrize(
+    ("make", "field"),
+    [
+        (lambda: ScalingConfig(num_workers=0), "scaling_config.num_workers"),
+        (lambda: ScalingConfig(placement_strategy="NEAR"), "scaling_config.placement_strategy"),
+        (lambda: ScalingConfig(resources_per_worker={"CPU": -1}), "scaling_config.resources_per_worker"),
+        (lambda: FailureConfig(max_failures=-2), "run_config.failure_config.max_failures"),
+        (lambda: CheckpointConfig(num_to_keep=0), "run_config.checkpoint_config.num_to_keep"),
+        (lambda: CheckpointConfig(checkpoint_score_order="up"), "run_config.checkpoint_config.checkpoint_score_order"),
+        (lambda: RunConfig(name="a/b"), "run_config.name"),
+    ],
+)
+def test_bad_configs_name_the_field(make, field):
+    with pytest.raises(InvalidArgumentError) as info:
+        make()
+    assert info.value.field == field
+    assert field.split(".")[-1] in info.value.message
+
+
+def test_configs_round_trip_through_protos():
+    run = RunConfig(
+        name="x",
+        stop={"training_iteration": 5},
+        failure_config=FailureConfig(max_failures=-1),
+        checkpoint_config=CheckpointConfig(num_to_keep=3, checkpoint_score_attribute="acc", checkpoint_frequency=2),
+    )
+    assert RunConfig.from_proto(run.to_proto()) == run
+    scaling = ScalingConfig(num_workers=3, resources_per_worker={"CPU": 2}, placement_strategy="SPREAD")
+    assert ScalingConfig.from_proto(scaling.to_proto()) == scaling
+    assert ScalingConfig(use_gpu=True).worker_resources == {"CPU": 1.0, "GPU": 1.0}
+
+
+def test_failure_policy():
+    error = common_pb2.WorkerError()
+    assert FailurePolicy(FailureConfig(max_failures=2)).should_restart(2, error)
+    assert not FailurePolicy(FailureConfig(max_failures=2)).should_restart(3, error)
+    assert FailurePolicy(FailureConfig(max_failures=-1)).should_restart(100, error)
+    assert not FailurePolicy(FailureConfig(max_failures=-1, fail_fast=True)).should_restart(1, error)
+
+
+def _commit(manager: CheckpointManager, store: Store, index: int, metrics: dict) -> None:
+    checkpoint_id = f"checkpoint_{index:06d}"
+    store.write_bytes(f"{store.checkpoint_dir('run', checkpoint_id)}/f", b"x")
+    manager.commit(checkpoint_id, index, metrics, [ManifestEntry("f", 1, "0" * 64)])
+
+
+def test_retention_without_a_score_keeps_the_newest(tmp_path):
+    store = Store(str(tmp_path))
+    manager = CheckpointManager(store, "run", "name", CheckpointConfig(num_to_keep=2))
+    for index in range(1, 5):
+        _commit(manager, store, index, {"loss": index})
+    assert [c.index for c in manager.ranked()] == [4, 3]
+    assert sorted(store.list_dir(store.path("runs", "run", "checkpoints"))) == [
+        "checkpoint_000003",
+        "checkpoint_000004",
+    ]
+
+
+def test_retention_by_a_nested_score_and_unscored_rank_last(tmp_path):
+    store = Store(str(tmp_path))
+    config = CheckpointConfig(num_to_keep=1, checkpoint_score_attribute="valid/acc", checkpoint_score_order="max")
+    manager = CheckpointManager(store, "run", "name", config)
+    _commit(manager, store, 1, {"valid": {"acc": 0.9}})
+    _commit(manager, store, 2, {"valid": {"acc": 0.7}})
+    _commit(manager, store, 3, {})
+    # Best (0.9) plus the latest (unscored) are kept.
+    assert [c.index for c in manager.ranked()] == [1, 3]
+    assert store.read_json(store.index_path("run"))["best"] == "checkpoint_000001"
+
+
+def test_flatten_metrics():
+    assert flatten_metrics({"a": {"b": 1, "c": {"d": 2}}, "e": 3}) == {"a/b": 1, "a/c/d": 2, "e": 3}

@@ -1,0 +1,121 @@
+"""Run lifecycle: waiting for resources, cancelling, URIs as datasets, auth."""
+
+from __future__ import annotations
+
+import time
+
+import grpc
+import pytest
+
+from trainwire import RunConfig, ScalingConfig
+from trainwire.client import CoordinatorClient
+from trainwire.errors import NotFoundError, UnauthenticatedError
+from trainwire.torch import TorchTrainer
+from trainwire.v1 import common_pb2
+from trainwire.xgboost import XGBoostTrainer
+
+pytestmark = pytest.mark.timeout(180)
+
+
+def sleepy_loop(config: dict) -> None:
+    from trainwire import train
+
+    for step in range(config["steps"]):
+        train.report({"step": step})
+        time.sleep(config["sleep_s"])
+
+
+def _start(client: CoordinatorClient, workers: int, steps: int, sleep_s: float) -> str:
+    trainer = TorchTrainer(
+        sleepy_loop,
+        train_loop_config={"steps": steps, "sleep_s": sleep_s},
+        scaling_config=ScalingConfig(num_workers=workers),
+        run_config=RunConfig(verbose=0),
+    )
+    return client.fit(trainer.build_request(client)).run_id
+
+
+def _wait_for(client: CoordinatorClient, run_id: str, states: set[int], timeout_s: float = 60) -> object:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        run = client.get_run(run_id)
+        if run.state in states:
+            return run
+        time.sleep(0.1)
+    raise AssertionError(f"run {run_id} stayed {common_pb2.RunState.Name(run.state)}")
+
+
+def test_a_run_that_must_wait_is_pending_with_the_reason(coordinator, client):
+    coordinator.server.runs.pool.evict_all()
+    first = _start(client, 3, 40, 0.25)  # 3 of the cluster's 4 CPUs for ~10 s
+    _wait_for(client, first, {common_pb2.RUNNING})
+    second = _start(client, 2, 1, 0)
+    run = _wait_for(client, second, {common_pb2.PENDING})
+    deadline = time.monotonic() + 10
+    while "waiting for resources" not in run.state_reason and time.monotonic() < deadline:
+        time.sleep(0.2)
+        run = client.get_run(second)
+    assert "waiting for resources: 2 workers" in run.state_reason
+    client.cancel_run(first)
+    assert _wait_for(client, second, {common_pb2.SUCCEEDED}).state == common_pb2.SUCCEEDED
+
+
+def test_cancel_a_running_run(coordinator, client):
+    run_id = _start(client, 2, 200, 0.1)
+    _wait_for(client, run_id, {common_pb2.RUNNING})
+    run = client.cancel_run(run_id)
+    assert run.state == common_pb2.CANCELLED
+    assert run.state_reason == "cancelled by request"
+    states = [e.state_change.state for e in client.watch_run(run_id) if e.HasField("state_change")]
+    assert states[-1] == common_pb2.CANCELLED
+    # Its workers are gone: the whole cluster is free again.
+    deadline = time.monotonic() + 20
+    while coordinator.server.runs.pool.evict_all() or time.monotonic() < deadline:
+        import ray
+
+        if ray.available_resources().get("CPU", 0) >= 4:
+            break
+        time.sleep(0.2)
+    import ray
+
+    assert ray.available_resources().get("CPU", 0) >= 4
+
+
+def test_a_parquet_uri_is_a_dataset(coordinator, cancer_data, tmp_path):
+    train_df, _ = cancer_data
+    path = tmp_path / "train.parquet"
+    train_df.to_parquet(path)
+    result = XGBoostTrainer(
+        params={"objective": "binary:logistic"},
+        label_column="target",
+        num_boost_round=3,
+        datasets={"train": str(path)},
+        scaling_config=ScalingConfig(num_workers=2),
+        run_config=RunConfig(verbose=0),
+    ).fit()
+    assert len(result.metrics_dataframe) == 3
+
+
+def test_a_token_is_required_when_configured(ray_cluster, tmp_path):
+    from trainwire_coordinator.server import CoordinatorThread
+    from trainwire_coordinator.settings import CoordinatorSettings
+
+    thread = CoordinatorThread(
+        CoordinatorSettings(port=0, store=str(tmp_path / "s"), state=str(tmp_path / "db"), auth_token="s3cret")
+    )
+    address = thread.start()
+    try:
+        with pytest.raises(UnauthenticatedError):
+            CoordinatorClient(address).get_run("x")
+        with pytest.raises(UnauthenticatedError):
+            list(CoordinatorClient(address, token="wrong").watch_run("x"))
+        with pytest.raises(NotFoundError):
+            CoordinatorClient(address, token="s3cret").get_run("x")
+        # Health checks stay open for load balancers.
+        from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+        with grpc.insecure_channel(address) as channel:
+            status = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest()).status
+        assert status == health_pb2.HealthCheckResponse.SERVING
+    finally:
+        thread.stop()
