@@ -64,8 +64,18 @@ def test_errors_are_printed_with_the_status(coordinator_address):
 
 def test_coordinator_command_serves_on_a_free_port(ray_cluster, tmp_path):
     proc = subprocess.Popen(
-        [sys.executable, "-m", "trainwire.cli", "coordinator", "--port", "0", "--store", str(tmp_path / "s"),
-         "--state", str(tmp_path / "state.db")],
+        [
+            sys.executable,
+            "-m",
+            "trainwire.cli",
+            "coordinator",
+            "--port",
+            "0",
+            "--store",
+            str(tmp_path / "s"),
+            "--state",
+            str(tmp_path / "state.db"),
+        ],
         stdout=subprocess.PIPE,
         text=True,
     )
