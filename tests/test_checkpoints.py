@@ -10,6 +10,7 @@ import pytest
 
 from trainwire import Checkpoint, CheckpointConfig, RunConfig, ScalingConfig, train
 from trainwire.torch import TorchTrainer
+from trainwire.v1 import common_pb2
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -76,3 +77,63 @@ def test_download_checkpoint_over_grpc(retained, client, tmp_path):
     ckpt_id = os.path.basename(retained.checkpoint.path)
     out = client.download_checkpoint(f"retention/{ckpt_id}", tmp_path / "dl")
     assert open(os.path.join(out, "state.txt")).read() == "step 4"
+
+
+def _write_dir(root, files: dict[str, bytes]):
+    for rel, data in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+    return root
+
+
+def test_upload_checkpoint_makes_a_run_with_that_checkpoint(client, tmp_path):
+    src = _write_dir(tmp_path / "src", {"model.bin": b"\x00\x01" * 5000, "sub/config.json": b"{}", "empty": b""})
+    info = client.upload_checkpoint(src, "registered", {"acc": 0.75})
+    run = client.get_run("registered")
+    assert run.state == common_pb2.SUCCEEDED and run.state_reason == "uploaded checkpoint"
+    assert run.latest_checkpoint.checkpoint_id == info.checkpoint_id
+    assert dict(run.latest_metrics) == {"acc": 0.75}
+    out = client.download_checkpoint(f"registered/{info.checkpoint_id}", tmp_path / "back")
+    for rel in ("model.bin", "sub/config.json", "empty"):
+        assert (tmp_path / "back" / rel).read_bytes() == (src / rel).read_bytes()
+    assert Checkpoint(info.uri).get_metadata() == {}
+    assert out
+
+
+def test_bad_checkpoint_uploads_store_nothing(client, coordinator_address, store, tmp_path):
+    import grpc
+
+    from trainwire.grpc_status import field_of
+    from trainwire.v1 import coordinator_pb2, coordinator_pb2_grpc
+
+    stub = coordinator_pb2_grpc.CoordinatorStub(grpc.insecure_channel(coordinator_address))
+    runs_before = set(store.list_dir(store.path("runs")))
+
+    def upload(path: str, declared: int, data: bytes):
+        header = coordinator_pb2.UploadCheckpointHeader(run_name="bad-upload")
+        header.files.add(path=path, size_bytes=declared, sha256="0" * 64)
+        return stub.UploadCheckpoint(
+            iter(
+                [
+                    coordinator_pb2.UploadCheckpointRequest(header=header),
+                    coordinator_pb2.UploadCheckpointRequest(
+                        chunk=coordinator_pb2.FileChunk(path=path, offset=0, data=data)
+                    ),
+                ]
+            )
+        )
+
+    with pytest.raises(grpc.RpcError) as info:
+        upload("../escape", 3, b"abc")
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert field_of(info.value) == "header.files[0].path"
+    with pytest.raises(grpc.RpcError) as info:
+        upload("model.bin", 10, b"abc")  # truncated
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "got 3 of 10 bytes" in info.value.details()
+    assert set(store.list_dir(store.path("runs"))) == runs_before
+    from trainwire.errors import NotFoundError
+
+    with pytest.raises(NotFoundError):
+        client.get_run("bad-upload")

@@ -103,6 +103,36 @@ class CoordinatorClient:
 
         return self._call("UploadDataset", parts())
 
+    def upload_checkpoint(
+        self, directory: str | os.PathLike, run_name: str, metrics: dict | None = None
+    ) -> coordinator_pb2.CheckpointInfo:
+        """Uploads a local checkpoint directory; it becomes the checkpoint of a new run named ``run_name``."""
+        from google.protobuf import json_format
+
+        from trainwire.storage import Store
+
+        root = Path(directory)
+        files = sorted(p for p in root.rglob("*") if p.is_file())
+        header = coordinator_pb2.UploadCheckpointHeader(run_name=run_name)
+        json_format.ParseDict(metrics or {}, header.metrics)
+        for path in files:
+            size, digest = Store.hash_file(path)
+            header.files.add(path=path.relative_to(root).as_posix(), size_bytes=size, sha256=digest)
+
+        def parts() -> Iterator[coordinator_pb2.UploadCheckpointRequest]:
+            yield coordinator_pb2.UploadCheckpointRequest(header=header)
+            for path in files:
+                rel = path.relative_to(root).as_posix()
+                with open(path, "rb") as f:
+                    offset = 0
+                    while data := f.read(UPLOAD_CHUNK_BYTES):
+                        yield coordinator_pb2.UploadCheckpointRequest(
+                            chunk=coordinator_pb2.FileChunk(path=rel, offset=offset, data=data)
+                        )
+                        offset += len(data)
+
+        return self._call("UploadCheckpoint", parts())
+
     def download_checkpoint(self, checkpoint: str, directory: str | os.PathLike) -> str:
         """Downloads a checkpoint (URI or ``<run>/<checkpoint id>``) into a local directory."""
         directory = Path(directory)

@@ -157,6 +157,17 @@ class Store:
             entries.append(ManifestEntry(rel, size, digest.hexdigest()))
         return entries
 
+    @staticmethod
+    def hash_file(path: str | os.PathLike) -> tuple[int, str]:
+        """(size, sha256 hex) of a local file."""
+        digest = hashlib.sha256()
+        size = 0
+        with open(path, "rb") as f:
+            while chunk := f.read(_CHUNK):
+                digest.update(chunk)
+                size += len(chunk)
+        return size, digest.hexdigest()
+
     def download_dir(self, src: str, local_dir: str | os.PathLike) -> None:
         """Copies a directory of the store into a local directory."""
         infos = self.fs.get_file_info(pafs.FileSelector(src, recursive=True, allow_not_found=True))

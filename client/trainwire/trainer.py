@@ -116,6 +116,15 @@ class BaseTrainer:
             )
         return client.upload_table(data).ref
 
+    @staticmethod
+    def _checkpoint_uri(client: CoordinatorClient, checkpoint: Checkpoint) -> str:
+        """A URI the workers can read: a local checkpoint is uploaded to a remote coordinator."""
+        host = client.address.rsplit(":", 1)[0].strip("[]")
+        if not checkpoint.is_local or host in ("localhost", "127.0.0.1", "::1"):
+            return checkpoint.uri
+        with checkpoint.as_directory() as d:
+            return client.upload_checkpoint(d, run_name="uploaded-checkpoints").uri
+
     def build_request(self, client: CoordinatorClient) -> coordinator_pb2.FitRequest:
         request = coordinator_pb2.FitRequest(
             framework=self.framework,
@@ -126,7 +135,7 @@ class BaseTrainer:
         for name, data in self.datasets.items():
             request.datasets[name].CopyFrom(self._dataset_ref(client, name, data))
         if self.resume_from_checkpoint is not None:
-            request.resume_from_checkpoint = self.resume_from_checkpoint.uri
+            request.resume_from_checkpoint = self._checkpoint_uri(client, self.resume_from_checkpoint)
         if self.preprocessor is not None:
             request.pickled_preprocessor = pickle_by_value(self.preprocessor)
         self._fill_spec(request)

@@ -23,6 +23,7 @@ from trainwire.errors import (
 from trainwire.storage import Store
 from trainwire.v1 import common_pb2, coordinator_pb2, worker_reports_pb2
 from trainwire_coordinator.checkpoint_manager import CheckpointManager
+from trainwire_coordinator.checkpoint_uploads import receive_checkpoint
 from trainwire_coordinator.controller import TERMINAL, ControllerDeps, RunController, bundles_for
 from trainwire_coordinator.datasets import DatasetService
 from trainwire_coordinator.events import EventLog
@@ -259,6 +260,35 @@ class RunManager:
             if controller.run.state not in TERMINAL:
                 await controller.cancel()
         self.pool.evict_all()
+
+    async def upload_checkpoint(
+        self, requests: AsyncIterator[coordinator_pb2.UploadCheckpointRequest]
+    ) -> coordinator_pb2.CheckpointInfo:
+        """Stores an uploaded checkpoint as the one checkpoint of a new SUCCEEDED run."""
+        run_id = uuid.uuid4().hex[:16]
+        header, checkpoints = await receive_checkpoint(self.store, run_id, requests)
+        run = coordinator_pb2.Run(
+            run_id=run_id,
+            name=header.run_name,
+            state=common_pb2.SUCCEEDED,
+            state_reason="uploaded checkpoint",
+            framework="upload",
+            path=self.store.uri_of(self.store.run_dir(run_id)),
+            created_at=_now(),
+            updated_at=_now(),
+        )
+        info = checkpoints.info(checkpoints.latest)
+        run.latest_checkpoint.CopyFrom(info)
+        run.best_checkpoints.append(info)
+        run.latest_metrics.CopyFrom(info.metrics)
+        self.metadata.create_run(_record(run))
+        await self.events.append(coordinator_pb2.RunEvent(run_id=run_id, checkpoint=info))
+        await self.events.append(
+            coordinator_pb2.RunEvent(
+                run_id=run_id, state_change=coordinator_pb2.StateChange(state=common_pb2.SUCCEEDED)
+            )
+        )
+        return info
 
     def download_checkpoint(self, checkpoint: str) -> AsyncIterator[coordinator_pb2.FileChunk]:
         store, path = checkpoint_location(self.store, self, checkpoint)

@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator
 
 import grpc
 
-from trainwire.errors import InvalidArgumentError, UnauthenticatedError
+from trainwire.errors import UnauthenticatedError
 from trainwire.grpc_status import handle_errors
 from trainwire.v1 import coordinator_pb2, coordinator_pb2_grpc, worker_reports_pb2, worker_reports_pb2_grpc
 from trainwire_coordinator.run_manager import RunManager
@@ -47,7 +47,7 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
 
     @handle_errors
     async def UploadCheckpoint(self, request_iterator, context):  # type: ignore[no-untyped-def]
-        raise InvalidArgumentError("UploadCheckpoint is not supported yet; resume from a store URI", field="header")
+        return await self.runs.upload_checkpoint(request_iterator)
 
     @handle_errors
     async def DownloadCheckpoint(self, request, context):  # type: ignore[no-untyped-def]

@@ -1,0 +1,113 @@
+"""UploadCheckpoint: a client's local checkpoint becomes a committed checkpoint of a new run."""
+
+from __future__ import annotations
+
+import hashlib
+import posixpath
+import re
+from collections.abc import AsyncIterator
+from typing import Any
+
+from google.protobuf import json_format
+
+from trainwire.config import CheckpointConfig
+from trainwire.errors import InvalidArgumentError
+from trainwire.storage import ManifestEntry, Store
+from trainwire.v1 import coordinator_pb2
+from trainwire_coordinator.checkpoint_manager import CheckpointManager
+
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+UPLOADED_CHECKPOINT_ID = "checkpoint_000001"
+
+
+def _check_header(header: coordinator_pb2.UploadCheckpointHeader) -> dict[str, Any]:
+    if not header.run_name or "/" in header.run_name:
+        raise InvalidArgumentError("header.run_name must be non-empty and without '/'", field="header.run_name")
+    if not header.files:
+        raise InvalidArgumentError("header.files must list the checkpoint's files", field="header.files")
+    expected = {}
+    for i, f in enumerate(header.files):
+        norm = posixpath.normpath(f.path)
+        if not f.path or f.path.startswith("/") or norm.startswith("..") or norm != f.path:
+            raise InvalidArgumentError(
+                f"file path {f.path!r} must be relative and normalised", field=f"header.files[{i}].path"
+            )
+        if f.size_bytes < 0 or not _SHA256.match(f.sha256):
+            raise InvalidArgumentError(
+                f"file {f.path!r} needs size_bytes >= 0 and a sha256 of 64 hex digits", field=f"header.files[{i}]"
+            )
+        if f.path in expected:
+            raise InvalidArgumentError(f"file {f.path!r} is listed twice", field=f"header.files[{i}].path")
+        expected[f.path] = f
+    return expected
+
+
+async def receive_checkpoint(
+    store: Store, run_id: str, requests: AsyncIterator[coordinator_pb2.UploadCheckpointRequest]
+) -> tuple[coordinator_pb2.UploadCheckpointHeader, CheckpointManager]:
+    """Writes the uploaded files and commits them; nothing stays behind on bad input."""
+    header = None
+    expected: dict[str, Any] = {}
+    received: dict[str, tuple[int, Any]] = {}  # path -> (bytes so far, sha256 state)
+    directory = store.checkpoint_dir(run_id, UPLOADED_CHECKPOINT_ID)
+    current: tuple[str, Any] | None = None
+    try:
+        async for req in requests:
+            part = req.WhichOneof("part")
+            if header is None:
+                if part != "header":
+                    raise InvalidArgumentError("the first message of an upload must be a header", field="header")
+                header = req.header
+                expected = _check_header(header)
+                continue
+            if part != "chunk":
+                raise InvalidArgumentError("only one header per upload", field="header")
+            chunk = req.chunk
+            if chunk.path not in expected:
+                raise InvalidArgumentError(
+                    f"chunk for {chunk.path!r}, which the header does not list", field="chunk.path"
+                )
+            size, digest = received.get(chunk.path, (0, hashlib.sha256()))
+            if chunk.offset != size:
+                raise InvalidArgumentError(
+                    f"chunk of {chunk.path!r} at offset {chunk.offset}, expected {size}", field="chunk.offset"
+                )
+            if current is None or current[0] != chunk.path:
+                if current is not None:
+                    current[1].close()
+                target = f"{directory}/{chunk.path}"
+                store.fs.create_dir(posixpath.dirname(target), recursive=True)
+                current = (
+                    chunk.path,
+                    store.fs.open_append_stream(target) if size else store.fs.open_output_stream(target),
+                )
+            current[1].write(chunk.data)
+            digest.update(chunk.data)
+            received[chunk.path] = (size + len(chunk.data), digest)
+        if current is not None:
+            current[1].close()
+            current = None
+        if header is None:
+            raise InvalidArgumentError("empty upload: no header", field="header")
+        for path, f in expected.items():
+            size, digest = received.get(path, (0, hashlib.sha256()))
+            if size != f.size_bytes or digest.hexdigest() != f.sha256:
+                raise InvalidArgumentError(
+                    f"file {path!r}: got {size} of {f.size_bytes} bytes or a different sha256; nothing was stored",
+                    field="chunk",
+                )
+            if size == 0:
+                store.write_bytes(f"{directory}/{path}", b"")
+        manager = CheckpointManager(store, run_id, header.run_name, CheckpointConfig(), framework="upload")
+        manager.commit(
+            UPLOADED_CHECKPOINT_ID,
+            1,
+            json_format.MessageToDict(header.metrics),
+            [ManifestEntry(f.path, f.size_bytes, f.sha256) for f in expected.values()],
+        )
+        return header, manager
+    except BaseException:
+        if current is not None:
+            current[1].close()
+        store.delete_dir(store.run_dir(run_id))
+        raise
