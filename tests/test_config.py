@@ -86,3 +86,12 @@ def test_retention_by_a_nested_score_and_unscored_rank_last(tmp_path):
 
 def test_flatten_metrics():
     assert flatten_metrics({"a": {"b": 1, "c": {"d": 2}}, "e": 3}) == {"a/b": 1, "a/c/d": 2, "e": 3}
+
+
+def test_a_missing_framework_is_reported_with_the_install_hint():
+    from trainwire.errors import FrameworkNotInstalledError, require_installed
+
+    with pytest.raises(FrameworkNotInstalledError) as info:
+        require_installed("no_such_module_xyz", "Horovod", "horovod")
+    assert "pip install horovod" in info.value.message
+    assert info.value.code.name == "FAILED_PRECONDITION"

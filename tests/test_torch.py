@@ -188,6 +188,29 @@ def test_unknown_dataset_name_in_get_dataset_shard_names_it(coordinator, linear_
     assert "'nope'" in error.message and "train" in error.message
 
 
+def data_loader_loop() -> None:
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from trainwire.torch import prepare_data_loader
+
+    loader = prepare_data_loader(DataLoader(TensorDataset(torch.arange(20)), batch_size=4, shuffle=True))
+    seen = [int(i) for (batch,) in loader for i in batch]
+    with tempfile.TemporaryDirectory() as d:
+        json.dump(seen, open(os.path.join(d, f"seen_{train.get_context().get_world_rank()}.json"), "w"))
+        train.report({"n": len(seen)}, checkpoint=Checkpoint.from_directory(d))
+
+
+def test_prepare_data_loader_gives_each_rank_its_own_part(coordinator):
+    result = TorchTrainer(
+        data_loader_loop, scaling_config=ScalingConfig(num_workers=2), run_config=RunConfig(verbose=0)
+    ).fit()
+    with result.checkpoint.as_directory() as d:
+        seen = [json.load(open(os.path.join(d, f"seen_{r}.json"))) for r in (0, 1)]
+    assert len(seen[0]) == len(seen[1]) == 10
+    assert sorted(seen[0] + seen[1]) == list(range(20))
+
+
 def test_base_trainer_is_abstract():
     with pytest.raises(NotImplementedError):
         BaseTrainer()._fill_spec(None)
