@@ -34,8 +34,6 @@ from trainwire_worker.backends import get_backend
 
 logger = logging.getLogger(__name__)
 
-_STATE_NAMES = {v: k for k, v in common_pb2.RunState.items()}
-
 
 def _now() -> timestamp_pb2.Timestamp:
     ts = timestamp_pb2.Timestamp()
@@ -293,10 +291,6 @@ class RunManager:
     def download_checkpoint(self, checkpoint: str) -> AsyncIterator[coordinator_pb2.FileChunk]:
         store, path = checkpoint_location(self.store, self, checkpoint)
         return iter_checkpoint_files(store, path)
-
-    @staticmethod
-    def state_name(state: int) -> str:
-        return _STATE_NAMES.get(state, str(state))
 
 
 CHUNK_BYTES = 1 << 20

@@ -14,7 +14,7 @@ from typing import Any
 
 from trainwire.checkpoint import Checkpoint
 from trainwire.config import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig, SyncConfig
-from trainwire.train.context import TrainContext, TrainSession, get_session, set_session  # noqa: F401
+from trainwire.train.context import TrainContext, get_session
 
 __all__ = [
     "Checkpoint",
