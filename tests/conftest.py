@@ -3,11 +3,64 @@
 from __future__ import annotations
 
 import os
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
 
 import pandas as pd
 import pytest
+import redis
 
 os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Starts a throwaway redis-server on a free port for the whole session."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        pytest.fail("redis-server is not on PATH; install it (e.g. `apt-get install -y redis-server`)")
+    port = _free_port()
+    workdir = tmp_path_factory.mktemp("redis")
+    proc = subprocess.Popen(
+        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+        cwd=workdir,
+        stdout=open(workdir / "redis.log", "wb"),  # noqa: SIM115 - the server owns it
+        stderr=subprocess.STDOUT,
+    )
+    url = f"redis://127.0.0.1:{port}/0"
+    client = redis.Redis.from_url(url, socket_connect_timeout=0.5)
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            if proc.poll() is not None:
+                output = (workdir / "redis.log").read_text(errors="replace")
+                pytest.fail(f"redis-server exited with {proc.returncode}:\n{output}")
+            try:
+                if client.ping():
+                    break
+            except redis.ConnectionError:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail(f"redis-server did not answer PING on port {port} within 10s")
+            time.sleep(0.05)
+        yield url
+    finally:
+        client.close()
+        proc.terminate()
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 @pytest.fixture(scope="session")

@@ -119,3 +119,31 @@ def test_a_token_is_required_when_configured(ray_cluster, tmp_path):
         assert status == health_pb2.HealthCheckResponse.SERVING
     finally:
         thread.stop()
+
+
+def test_a_coordinator_on_redis_runs_and_records_a_fit(ray_cluster, redis_url, tmp_path, cancer_data):
+    from trainwire_coordinator.server import CoordinatorThread
+    from trainwire_coordinator.settings import CoordinatorSettings
+
+    thread = CoordinatorThread(
+        CoordinatorSettings(port=0, store=str(tmp_path / "s"), state=redis_url, worker_pool_idle_s=0)
+    )
+    address = thread.start()
+    client = CoordinatorClient(address)
+    try:
+        trainer = XGBoostTrainer(
+            params={"objective": "binary:logistic"},
+            label_column="target",
+            num_boost_round=2,
+            datasets={"train": cancer_data[0]},
+            run_config=RunConfig(name="on-redis", verbose=0),
+        )
+        run_id = client.fit(trainer.build_request(client)).run_id
+        events = list(client.watch_run(run_id))
+        assert events[-1].state_change.state == common_pb2.SUCCEEDED
+        assert [e.event_id for e in events] == list(range(1, len(events) + 1))
+        assert client.get_run("on-redis").latest_checkpoint.checkpoint_id == "checkpoint_000002"
+        assert run_id in [r.run_id for r in client.list_runs([common_pb2.SUCCEEDED]).runs]
+    finally:
+        client.close()
+        thread.stop()

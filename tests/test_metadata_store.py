@@ -4,18 +4,14 @@ from __future__ import annotations
 
 import base64
 import os
-import shutil
-import socket
 import subprocess
 import sys
 import threading
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import redis
 
 from trainwire_coordinator.metadata import MetadataStore, RunRecord, open_metadata_store
 from trainwire_coordinator.metadata.redis_store import RedisMetadataStore
@@ -24,53 +20,6 @@ from trainwire_coordinator.metadata.sqlite_store import SQLiteMetadataStore
 pytestmark = pytest.mark.timeout(30)
 
 PENDING, RUNNING, SUCCEEDED, FAILED = 1, 2, 3, 4
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture(scope="session")
-def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """Starts a throwaway redis-server on a free port for the whole session."""
-    binary = shutil.which("redis-server")
-    if binary is None:
-        pytest.fail("redis-server is not on PATH; install it (e.g. `apt-get install -y redis-server`)")
-    port = _free_port()
-    workdir = tmp_path_factory.mktemp("redis")
-    proc = subprocess.Popen(
-        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
-        cwd=workdir,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )
-    url = f"redis://127.0.0.1:{port}/0"
-    client = redis.Redis.from_url(url, socket_connect_timeout=0.5)
-    try:
-        deadline = time.monotonic() + 10
-        while True:
-            if proc.poll() is not None:
-                output = proc.stdout.read().decode(errors="replace") if proc.stdout else ""
-                pytest.fail(f"redis-server exited with {proc.returncode}:\n{output}")
-            try:
-                if client.ping():
-                    break
-            except redis.ConnectionError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"redis-server did not answer PING on port {port} within 10s")
-            time.sleep(0.05)
-        yield url
-    finally:
-        client.close()
-        proc.terminate()
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 @pytest.fixture(params=["sqlite", "redis"])
