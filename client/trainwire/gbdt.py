@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from trainwire.errors import InvalidArgumentError
-from trainwire.trainer import BaseTrainer, to_struct
+from trainwire.structs import to_struct
+from trainwire.trainer import BaseTrainer
 from trainwire.v1 import coordinator_pb2
 
 

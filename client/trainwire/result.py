@@ -6,9 +6,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
-from google.protobuf import json_format
 
 from trainwire.checkpoint import Checkpoint
+from trainwire.structs import struct_to_dict
 from trainwire.v1 import common_pb2, coordinator_pb2
 
 
@@ -62,14 +62,12 @@ class Result:
     ) -> Result:
         latest = run.latest_checkpoint if run.HasField("latest_checkpoint") else None
         return cls(
-            metrics=json_format.MessageToDict(run.latest_metrics),
+            metrics=struct_to_dict(run.latest_metrics),
             checkpoint=checkpoint_cls(latest.uri) if latest else None,
             error=WorkerFailure.from_proto(run.error) if run.HasField("error") else None,
             path=run.path,
             metrics_dataframe=pd.json_normalize(history, sep="/") if history else pd.DataFrame(),
-            best_checkpoints=[
-                (checkpoint_cls(c.uri), json_format.MessageToDict(c.metrics)) for c in run.best_checkpoints
-            ],
+            best_checkpoints=[(checkpoint_cls(c.uri), struct_to_dict(c.metrics)) for c in run.best_checkpoints],
             run_id=run.run_id,
             name=run.name,
             state=common_pb2.RunState.Name(run.state),

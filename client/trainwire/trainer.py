@@ -11,7 +11,6 @@ from typing import Any
 import cloudpickle
 import pandas as pd
 import pyarrow as pa
-from google.protobuf import json_format
 
 from trainwire.checkpoint import Checkpoint
 from trainwire.client import TERMINAL_STATES, CoordinatorClient
@@ -20,6 +19,7 @@ from trainwire.errors import InvalidArgumentError, TrainingFailedError
 from trainwire.progress import RunProgress
 from trainwire.result import Result
 from trainwire.session_client import get_client
+from trainwire.structs import struct_to_dict, to_struct
 from trainwire.v1 import common_pb2, coordinator_pb2
 
 DatasetLike = pd.DataFrame | pa.Table | str
@@ -44,17 +44,6 @@ def pickle_by_value(obj: Any) -> bytes:
         return cloudpickle.dumps(obj)
     finally:
         cloudpickle.unregister_pickle_by_value(module)
-
-
-def to_struct(values: dict[str, Any] | None, field: str) -> Any:
-    from google.protobuf import struct_pb2
-
-    msg = struct_pb2.Struct()
-    try:
-        json_format.ParseDict(values or {}, msg)
-    except (json_format.ParseError, TypeError) as exc:
-        raise InvalidArgumentError(f"{field} must hold JSON values: {exc}", field=field) from exc
-    return msg
 
 
 class BaseTrainer:
@@ -155,7 +144,7 @@ class BaseTrainer:
             for event in client.watch_run(run.run_id):
                 kind = event.WhichOneof("kind")
                 if kind == "metrics":
-                    metrics = json_format.MessageToDict(event.metrics.metrics)
+                    metrics = struct_to_dict(event.metrics.metrics)
                     history.append(metrics)
                     progress.metrics(metrics)
                 elif kind == "state_change":

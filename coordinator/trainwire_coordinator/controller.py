@@ -12,11 +12,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import ray
-from google.protobuf import json_format
 from ray.util.placement_group import placement_group, remove_placement_group
 
 from trainwire.errors import require_installed
 from trainwire.storage import Store
+from trainwire.structs import struct_to_dict
 from trainwire.train.context import TrainContext
 from trainwire.v1 import common_pb2, coordinator_pb2, worker_reports_pb2
 from trainwire_coordinator.checkpoint_manager import CheckpointManager, flatten_metrics
@@ -357,7 +357,7 @@ class RunController:
                     metrics=coordinator_pb2.MetricsEvent(report_index=msg.report_index, metrics=msg.metrics),
                 )
             )
-            self._check_stop(json_format.MessageToDict(msg.metrics))
+            self._check_stop(struct_to_dict(msg.metrics))
         if complete and any(r.checkpoint_id for r in by_rank.values()):
             await self._commit(msg.report_index, by_rank)
         self.deps.save_run(self.run)
@@ -365,7 +365,7 @@ class RunController:
     async def _commit(self, index: int, by_rank: dict[int, worker_reports_pb2.TrainingReport]) -> None:
         checkpoint_id = next(r.checkpoint_id for r in by_rank.values() if r.checkpoint_id)
         files = [f for r in by_rank.values() for f in r.files]
-        metrics = json_format.MessageToDict(by_rank[0].metrics) if 0 in by_rank else {}
+        metrics = struct_to_dict(by_rank[0].metrics) if 0 in by_rank else {}
         # Commits run one at a time, in report order (the lock is FIFO).
         async with self._commit_lock:
             committed = await asyncio.to_thread(self.checkpoints.commit, checkpoint_id, index, metrics, files)

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import math
-import numbers
 from typing import Any
-
-from google.protobuf import struct_pb2
 
 from trainwire.checkpoint import Checkpoint
 from trainwire.errors import InvalidArgumentError
 from trainwire.storage import Store
+from trainwire.structs import metrics_to_struct
 from trainwire.train.context import TrainContext, TrainSession
 from trainwire.v1 import common_pb2, worker_reports_pb2
 from trainwire_worker.datasets import ShardSpec, read_shard
@@ -19,29 +16,6 @@ from trainwire_worker.report_client import ReportStreamClient
 
 def checkpoint_id_for(report_index: int) -> str:
     return f"checkpoint_{report_index:06d}"
-
-
-def metrics_to_struct(metrics: dict[str, Any]) -> struct_pb2.Struct:
-    """Converts report metrics to a Struct, keeping what JSON can hold."""
-    out = struct_pb2.Struct()
-    for key, value in metrics.items():
-        out[str(key)] = _plain(value)
-    return out
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, bool) or value is None or isinstance(value, str):
-        return value
-    if isinstance(value, numbers.Number):
-        number = float(value)  # numpy and torch scalars too
-        return number if math.isfinite(number) else str(number)
-    if hasattr(value, "item") and callable(value.item):
-        return _plain(value.item())
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
-    return str(value)
 
 
 class WorkerSession(TrainSession):

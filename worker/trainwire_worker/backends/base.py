@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from trainwire.errors import InvalidArgumentError, require_installed
+from trainwire.structs import struct_to_dict  # noqa: F401 - backends import it from here
 from trainwire.v1 import coordinator_pb2
 
 if TYPE_CHECKING:
@@ -96,20 +97,3 @@ def get_backend(name: str, *, check_installed: bool = False) -> Backend:
     if check_installed:
         require_installed(backend.module, backend.name, backend.package)
     return backend
-
-
-def struct_to_dict(msg: Any) -> dict[str, Any]:
-    """A Struct as a dict; whole numbers come back as ints (a Struct keeps only doubles)."""
-    from google.protobuf import json_format
-
-    return _ints(json_format.MessageToDict(msg))
-
-
-def _ints(value: Any) -> Any:
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, dict):
-        return {k: _ints(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_ints(v) for v in value]
-    return value
