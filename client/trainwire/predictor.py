@@ -37,6 +37,9 @@ class Predictor:
     input_datatype = "FP64"
     # Whether the model takes a DataFrame (else a 2-D numpy array).
     takes_frame = False
+    # Whether a row's prediction never depends on the other rows of its batch (bit for bit), so
+    # the predictor service may score concurrent requests together.
+    batch_invariant = False
 
     def __init__(self, preprocessor: Any = None, feature_columns: list[str] | None = None) -> None:
         self.preprocessor = preprocessor
@@ -60,6 +63,10 @@ class Predictor:
 
     def predict(self, data: DataBatch, **predict_kwargs: Any) -> pd.DataFrame:
         """Scores one batch and returns a DataFrame with the predictions."""
+        return pd.DataFrame(self.predict_columns(data, **predict_kwargs))
+
+    def predict_columns(self, data: DataBatch, **predict_kwargs: Any) -> dict[str, np.ndarray]:
+        """What ``predict`` computes, as output column name -> 1-D array (no DataFrame built)."""
         if self.preprocessor is None and not self.takes_frame:
             out = self._predict_numpy(self._to_matrix(data, self.model_columns), **predict_kwargs)
         else:
@@ -70,7 +77,7 @@ class Predictor:
                 out = self._predict_pandas(self._select(frame, self.model_columns), **predict_kwargs)
             else:
                 out = self._predict_numpy(self._to_matrix(frame, self.model_columns), **predict_kwargs)
-        return predictions_frame(out)
+        return prediction_columns(out)
 
     # --- what a framework implements -------------------------------------------
     def _predict_numpy(self, data: np.ndarray, **kwargs: Any) -> Any:
@@ -140,15 +147,15 @@ def _column(values: Any, name: str) -> np.ndarray:
     return arr
 
 
-def predictions_frame(out: Any) -> pd.DataFrame:
-    """Wraps model output as Ray's predictors do: "predictions", or "predictions_<i>" per output column."""
+def prediction_columns(out: Any) -> dict[str, np.ndarray]:
+    """Names model output as Ray's predictors do: "predictions", or "predictions_<i>" per output column."""
     if isinstance(out, pd.DataFrame):
-        return out
+        return {str(c): out[c].to_numpy() for c in out.columns}
     arr = np.asarray(out)
     if arr.ndim == 2 and arr.shape[1] == 1:
         arr = arr[:, 0]
     if arr.ndim == 1:
-        return pd.DataFrame({PREDICTIONS: arr})
+        return {PREDICTIONS: arr}
     if arr.ndim == 2:
-        return pd.DataFrame({f"{PREDICTIONS}_{i}": arr[:, i] for i in range(arr.shape[1])})
+        return {f"{PREDICTIONS}_{i}": arr[:, i] for i in range(arr.shape[1])}
     raise ValueError(f"model output of shape {list(arr.shape)} is not one row per input row")

@@ -50,6 +50,8 @@ CONTENTS_FIELDS: dict[str, str] = {
 }
 
 NUMERIC = frozenset(DTYPES) - {"BYTES"}
+# Larger dimensions cannot be real (a message is at most 2 GiB), and numpy cannot shape them.
+MAX_DIM = 1 << 31
 _LEN = struct.Struct("<I")
 
 
@@ -69,6 +71,8 @@ def check_shape(shape: Any, name: str, field: str) -> tuple[int, ...]:
     dims = tuple(int(d) for d in shape)
     if any(d < 0 for d in dims):
         raise InvalidArgumentError(f"tensor {name!r} has a negative dimension in shape {list(dims)}", field=field)
+    if any(d > MAX_DIM for d in dims):
+        raise InvalidArgumentError(f"tensor {name!r} has a dimension over {MAX_DIM} in shape {list(dims)}", field=field)
     return dims
 
 

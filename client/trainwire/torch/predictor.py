@@ -49,7 +49,10 @@ class TorchPredictor(Predictor):
     def _predict_numpy(self, data: np.ndarray, **kwargs: Any) -> np.ndarray:
         import torch
 
-        tensor = torch.from_numpy(np.ascontiguousarray(data, dtype=np.float32)).to(self.device)
+        arr = np.ascontiguousarray(data, dtype=np.float32)
+        if not arr.flags.writeable:  # a view over request bytes; torch wants its own memory
+            arr = arr.copy()
+        tensor = torch.from_numpy(arr).to(self.device)
         with torch.inference_mode():
             out = self.model(tensor, **kwargs)
         return out.detach().cpu().numpy()

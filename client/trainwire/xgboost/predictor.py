@@ -17,12 +17,24 @@ class XGBoostPredictor(Predictor):
         model: The ``xgboost.Booster``.
         preprocessor: A fitted Ray Data preprocessor, or None.
         feature_columns: Input columns (default: the checkpoint's metadata, else the booster's feature names).
+        nthread: Threads per prediction call (default: XGBoost's). The predictor service uses 1:
+            it scores many small batches at once, where more threads only contend.
     """
 
     framework = "xgboost"
+    # Each row walks the trees alone.
+    batch_invariant = True
 
-    def __init__(self, model: Any, preprocessor: Any = None, feature_columns: list[str] | None = None) -> None:
+    def __init__(
+        self,
+        model: Any,
+        preprocessor: Any = None,
+        feature_columns: list[str] | None = None,
+        nthread: int | None = None,
+    ) -> None:
         super().__init__(preprocessor, feature_columns or model.feature_names)
+        if nthread is not None:
+            model.set_param({"nthread": nthread})
         self.model = model
 
     @classmethod

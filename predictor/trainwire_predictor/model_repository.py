@@ -1,0 +1,302 @@
+"""Resolves model names to committed checkpoints and keeps loaded models in an LRU cache.
+
+The shared store's committed index (``runs/<id>/checkpoints.json``) is the only
+source of truth, so any number of predictors can serve one store without
+talking to each other. Checkpoints are immutable: a loaded model is cached by
+(run id, checkpoint id) and never re-read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import importlib
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from trainwire.checkpoint import Checkpoint
+from trainwire.errors import FailedPreconditionError, NotFoundError, TrainwireError
+from trainwire.inference.codec import NUMERIC, datatype_of
+from trainwire.predictor import Predictor
+from trainwire.storage import MANIFEST_NAME, Store
+
+logger = logging.getLogger(__name__)
+
+# Framework -> (module, class) of its Predictor, imported only when a model needs it.
+PREDICTORS: dict[str, tuple[str, str]] = {
+    "xgboost": ("trainwire.xgboost.predictor", "XGBoostPredictor"),
+    "torch": ("trainwire.torch.predictor", "TorchPredictor"),
+    "sklearn": ("trainwire.sklearn.predictor", "SklearnPredictor"),
+}
+# Options for serving many small batches at once (results are the same).
+SERVING_KWARGS: dict[str, dict[str, Any]] = {"xgboost": {"nthread": 1}}
+# Checkpoints written before manifests named the framework: known model file -> framework.
+MODEL_FILES: dict[str, str] = {"model.ubj": "xgboost", "model.pt": "torch", "model.pkl": "sklearn"}
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """A model input or output as ModelMetadata shows it (-1: any size)."""
+
+    name: str
+    datatype: str
+    shape: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class ModelRef:
+    """One committed checkpoint of one run."""
+
+    run_id: str
+    run_name: str
+    checkpoint_id: str
+    versions: tuple[str, ...] = ()
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.run_id, self.checkpoint_id)
+
+
+@dataclass
+class LoadedModel:
+    """A checkpoint loaded into its framework's Predictor."""
+
+    ref: ModelRef
+    framework: str
+    predictor: Predictor
+    inputs: list[TensorSpec]
+    outputs: list[TensorSpec]
+    loaded_at: float = field(default_factory=time.time)
+
+    @property
+    def columns(self) -> list[str] | None:
+        return self.predictor.feature_columns
+
+
+def detect_framework(store: Store, directory: str) -> str:
+    """The framework of a checkpoint: its manifest, its metadata, else its model file."""
+    for name in (MANIFEST_NAME, ".metadata.json"):
+        path = f"{directory}/{name}"
+        if store.exists(path):
+            framework = store.read_json(path).get("framework")
+            if framework:
+                return str(framework)
+    for filename, framework in MODEL_FILES.items():
+        if store.exists(f"{directory}/{filename}"):
+            return framework
+    raise FailedPreconditionError(f"cannot tell the framework of checkpoint {store.uri_of(directory)}")
+
+
+def load_predictor(store: Store, run_id: str, checkpoint_id: str) -> tuple[str, Predictor]:
+    """Loads one committed checkpoint with its framework's Predictor (blocking)."""
+    directory = store.checkpoint_dir(run_id, checkpoint_id)
+    framework = detect_framework(store, directory)
+    if framework not in PREDICTORS:
+        raise FailedPreconditionError(
+            f"the predictor cannot serve {framework!r} checkpoints; it serves {', '.join(PREDICTORS)}"
+        )
+    module, cls_name = PREDICTORS[framework]
+    predictor_cls = getattr(importlib.import_module(module), cls_name)
+    kwargs = SERVING_KWARGS.get(framework, {})
+    return framework, predictor_cls.from_checkpoint(Checkpoint(store.uri_of(directory)), **kwargs)
+
+
+def describe(predictor: Predictor) -> tuple[list[TensorSpec], list[TensorSpec]]:
+    """The model's inputs (one per feature column, else one 2-D tensor) and outputs."""
+    datatype = predictor.input_datatype
+    columns = predictor.feature_columns
+    if not columns:
+        return [TensorSpec("input", datatype, (-1, -1))], [TensorSpec("predictions", "FP32", (-1,))]
+    inputs = [TensorSpec(c, datatype, (-1,)) for c in columns]
+    outputs = [TensorSpec("predictions", "FP32", (-1,))]
+    if datatype in NUMERIC:
+        # Score one zero row to learn the outputs' names and datatypes.
+        try:
+            dtype = np.float32 if datatype == "FP32" else np.float64
+            out = predictor.predict_columns({c: np.zeros(1, dtype=dtype) for c in columns})
+            outputs = [TensorSpec(name, datatype_of(arr.dtype), (-1,)) for name, arr in out.items()]
+        except Exception:  # noqa: BLE001 - a probe only; the default stands
+            logger.debug("output probe failed", exc_info=True)
+    return inputs, outputs
+
+
+class ModelRepository:
+    """Name/version resolution through the committed index, and the loaded-model cache.
+
+    Args:
+        store: The shared store the coordinator commits to.
+        cache_size: Loaded checkpoints kept (least recently used dropped first).
+        index_refresh_s: Age after which a cached index or name is read again.
+        loader: Loads (store, run_id, checkpoint_id) -> (framework, Predictor); tests inject fakes.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        cache_size: int = 16,
+        index_refresh_s: float = 1.0,
+        loader: Callable[[Store, str, str], tuple[str, Predictor]] = load_predictor,
+    ) -> None:
+        self.store = store
+        self.cache_size = max(1, cache_size)
+        self.index_refresh_s = index_refresh_s
+        self.loader = loader
+        self.load_count = 0
+        self.loads: collections.Counter[tuple[str, str]] = collections.Counter()
+        self._cache: collections.OrderedDict[tuple[str, str], LoadedModel] = collections.OrderedDict()
+        self._loading: dict[tuple[str, str], asyncio.Task[LoadedModel]] = {}
+        self._names: dict[str, tuple[float, str | None]] = {}
+        self._indexes: dict[str, tuple[float, dict[str, Any] | None]] = {}
+        self._reads: dict[str, asyncio.Task[Any]] = {}
+
+    # --- store reads ---------------------------------------------------------
+    def _read_json_or_none(self, path: str) -> Any:
+        try:
+            return self.store.read_json(path)
+        except NotFoundError:
+            return None
+
+    async def _read(self, path: str) -> Any:
+        """Reads a JSON file off the event loop; concurrent readers of one path share the read."""
+        task = self._reads.get(path)
+        if task is None:
+            task = asyncio.get_running_loop().create_task(asyncio.to_thread(self._read_json_or_none, path))
+            self._reads[path] = task
+            task.add_done_callback(lambda _: self._reads.pop(path, None))
+        return await asyncio.shield(task)
+
+    def _fresh(self, stamp: float) -> bool:
+        return time.monotonic() - stamp < self.index_refresh_s
+
+    async def _run_id(self, name: str) -> str | None:
+        cached = self._names.get(name)
+        if cached is not None and self._fresh(cached[0]):
+            return cached[1]
+        entry = await self._read(self.store.name_path(name))
+        run_id = entry.get("run_id") if isinstance(entry, dict) else None
+        if run_id is None and await self._index(name, refresh=True) is not None:
+            run_id = name  # the name is a run id
+        self._names[name] = (time.monotonic(), run_id)
+        return run_id
+
+    async def _index(self, run_id: str, refresh: bool = False) -> dict[str, Any] | None:
+        cached = self._indexes.get(run_id)
+        if cached is not None and not refresh and self._fresh(cached[0]):
+            return cached[1]
+        index = await self._read(self.store.index_path(run_id))
+        index = index if isinstance(index, dict) else None
+        self._indexes[run_id] = (time.monotonic(), index)
+        return index
+
+    # --- resolution ------------------------------------------------------------
+    async def resolve(self, name: str, version: str = "") -> ModelRef:
+        """The checkpoint a (model name, version) pair means right now.
+
+        Raises:
+            NotFoundError: No run of that name or id has a committed checkpoint,
+                or the run has no checkpoint ``version``.
+        """
+        if not name:
+            raise NotFoundError("a model name is required (a run name or run id)", field="model_name")
+        run_id = await self._run_id(name)
+        index = await self._index(run_id) if run_id else None
+        if index is None or not index.get("checkpoints"):
+            raise NotFoundError(
+                f"model {name!r} not found: no run with that name or id has a committed checkpoint",
+                field="model_name",
+            )
+        ids = [c["id"] for c in index["checkpoints"]]
+        if not version:
+            version = index.get("best") or index.get("latest") or ids[-1]
+        elif version not in ids:
+            # A checkpoint committed since the last read: look again before saying no.
+            index = await self._index(run_id, refresh=True) or index
+            ids = [c["id"] for c in index["checkpoints"]]
+            if version not in ids:
+                raise NotFoundError(
+                    f"model {name!r} has no version {version!r}; committed versions: {', '.join(ids)}",
+                    field="model_version",
+                )
+        return ModelRef(run_id, index.get("run_name", ""), version, tuple(ids))
+
+    # --- loading -----------------------------------------------------------
+    async def get(self, name: str, version: str = "") -> LoadedModel:
+        """The loaded model for a name and version; loads it once, however many ask at a time."""
+        ref = await self.resolve(name, version)
+        model = self._cache.get(ref.key)
+        if model is not None:
+            self._cache.move_to_end(ref.key)
+            return model
+        task = self._loading.get(ref.key)
+        if task is None:
+            task = asyncio.get_running_loop().create_task(self._load(name, ref))
+            self._loading[ref.key] = task
+            task.add_done_callback(lambda _: self._loading.pop(ref.key, None))
+        return await asyncio.shield(task)
+
+    async def _load(self, name: str, ref: ModelRef) -> LoadedModel:
+        self.load_count += 1
+        self.loads[ref.key] += 1
+        started = time.monotonic()
+        try:
+            framework, predictor = await asyncio.to_thread(self.loader, self.store, ref.run_id, ref.checkpoint_id)
+            inputs, outputs = await asyncio.to_thread(describe, predictor)
+        except TrainwireError as exc:
+            raise type(exc)(f"model {name!r} version {ref.checkpoint_id!r}: {exc.message}", field="model_name") from exc
+        except Exception as exc:  # noqa: BLE001 - a broken checkpoint must not take others down
+            logger.warning("cannot load model %s version %s", name, ref.checkpoint_id, exc_info=True)
+            raise FailedPreconditionError(
+                f"model {name!r} version {ref.checkpoint_id!r} cannot be loaded (corrupt or unreadable "
+                f"checkpoint): {type(exc).__name__}: {exc}",
+                field="model_name",
+            ) from exc
+        model = LoadedModel(ref, framework, predictor, inputs, outputs)
+        self._cache[ref.key] = model
+        while len(self._cache) > self.cache_size:
+            self._cache.popitem(last=False)
+        logger.info(
+            "loaded model %s (run %s) version %s in %.2f s",
+            name,
+            ref.run_id,
+            ref.checkpoint_id,
+            time.monotonic() - started,
+        )
+        return model
+
+    def is_loaded(self, ref: ModelRef) -> bool:
+        return ref.key in self._cache
+
+    async def unload(self, name: str) -> int:
+        """Drops every cached checkpoint of a model; returns how many were dropped."""
+        run_id = await self._run_id(name)
+        if run_id is None:
+            raise NotFoundError(f"model {name!r} not found", field="model_name")
+        keys = [k for k in self._cache if k[0] == run_id]
+        for key in keys:
+            del self._cache[key]
+        return len(keys)
+
+    # --- listing -------------------------------------------------------------
+    def _read_all_indexes(self) -> list[dict[str, Any]]:
+        out = []
+        for run_id in sorted(self.store.list_dir(self.store.path("runs"))):
+            index = self._read_json_or_none(self.store.index_path(run_id))
+            if isinstance(index, dict) and index.get("checkpoints"):
+                out.append(index)
+        return out
+
+    async def index(self) -> list[tuple[ModelRef, bool]]:
+        """Every committed checkpoint in the store, and whether it is loaded here."""
+        refs = []
+        for index in await asyncio.to_thread(self._read_all_indexes):
+            ids = tuple(c["id"] for c in index["checkpoints"])
+            for ckpt_id in ids:
+                ref = ModelRef(index["run_id"], index.get("run_name", ""), ckpt_id, ids)
+                refs.append((ref, self.is_loaded(ref)))
+        return refs

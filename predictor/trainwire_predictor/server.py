@@ -1,0 +1,96 @@
+"""The predictor's gRPC server: GRPCInferenceService, health, reflection."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from concurrent.futures import ThreadPoolExecutor
+
+import grpc
+
+from trainwire.inference import grpc_service_pb2, grpc_service_pb2_grpc
+from trainwire.serving import (
+    ServerThread,
+    add_health_and_reflection,
+    advertised_address,
+    mark_serving,
+    message_size_options,
+    serve_until_signalled,
+)
+from trainwire.storage import Store
+from trainwire_predictor.batching import Batcher
+from trainwire_predictor.model_repository import ModelRepository
+from trainwire_predictor.servicer import InferenceServicer
+from trainwire_predictor.settings import PredictorSettings
+
+logger = logging.getLogger(__name__)
+
+SERVICE_NAME = grpc_service_pb2.DESCRIPTOR.services_by_name["GRPCInferenceService"].full_name
+
+
+class PredictorServer:
+    """One stateless predictor: the gRPC server and the model cache behind it."""
+
+    def __init__(self, settings: PredictorSettings) -> None:
+        self.settings = settings
+        self.address = ""
+        self.server: grpc.aio.Server | None = None
+        self.models: ModelRepository | None = None
+        self.executor: ThreadPoolExecutor | None = None
+
+    async def start(self) -> str:
+        """Binds the port (0 picks a free one) and returns ``host:port``."""
+        settings = self.settings
+        store = await asyncio.to_thread(Store, settings.store)
+        self.models = ModelRepository(
+            store, cache_size=settings.model_cache_size, index_refresh_s=settings.index_refresh_s
+        )
+        self.executor = ThreadPoolExecutor(max(1, settings.worker_threads), thread_name_prefix="trainwire-predict")
+        self.server = grpc.aio.server(options=message_size_options(settings.max_message_bytes))
+        grpc_service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(
+            InferenceServicer(self.models, Batcher(self.executor)), self.server
+        )
+        health_servicer = add_health_and_reflection(self.server, (SERVICE_NAME,))
+        port = self.server.add_insecure_port(f"{settings.host}:{settings.port}")
+        await self.server.start()
+        await mark_serving(health_servicer, (SERVICE_NAME,))
+        self.address = advertised_address(settings.host, port)
+        return self.address
+
+    async def stop(self, grace_s: float = 5.0) -> None:
+        if self.server is not None:
+            await self.server.stop(grace_s)
+        if self.executor is not None:
+            self.executor.shutdown(wait=False, cancel_futures=True)
+
+
+class PredictorThread(ServerThread):
+    """A predictor on its own event loop in a background thread (tests, embedding)."""
+
+    def __init__(self, settings: PredictorSettings) -> None:
+        super().__init__(PredictorServer(settings), "trainwire-predictor")
+
+    @property
+    def models(self) -> ModelRepository:
+        assert self.server.models is not None
+        return self.server.models
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``trainwire predictor``: serves the store's committed checkpoints over the Open Inference Protocol."""
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="trainwire predictor", description="Serve committed checkpoints over the Open Inference Protocol (gRPC)."
+    )
+    parser.add_argument("--host")
+    parser.add_argument("--port", type=int, help="0 picks a free port (default 8001)")
+    parser.add_argument("--store", help="shared store URI (file://, s3://) or path")
+    parser.add_argument("--max-message-bytes", type=int)
+    parser.add_argument("--model-cache-size", type=int, help="loaded checkpoints kept in memory")
+    parser.add_argument("--worker-threads", type=int, help="threads running model compute")
+    parser.add_argument("--index-refresh-s", type=float, help="how often a run's checkpoint index is re-read")
+    args = parser.parse_args(argv)
+    overrides = {k: v for k, v in vars(args).items() if v is not None}
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    asyncio.run(serve_until_signalled(PredictorServer(PredictorSettings(**overrides)), "trainwire predictor"))

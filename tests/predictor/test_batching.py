@@ -1,0 +1,67 @@
+"""The batcher: concurrent requests share one model call; a bad one fails alone."""
+
+from __future__ import annotations
+
+import asyncio
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+
+from trainwire.errors import InvalidArgumentError
+from trainwire.inference import grpc_service_pb2 as pb
+from trainwire.inference.codec import to_raw
+from trainwire.predictor import Predictor
+from trainwire_predictor.batching import Batcher
+from trainwire_predictor.model_repository import LoadedModel, ModelRef, describe
+
+pytestmark = pytest.mark.timeout(30)
+
+
+class Doubler(Predictor):
+    """Doubles column "a"; refuses negative values, like a model with a domain."""
+
+    batch_invariant = True
+
+    def __init__(self) -> None:
+        super().__init__(None, ["a"])
+        self.calls: list[int] = []
+
+    def _predict_numpy(self, data: np.ndarray, **kwargs) -> np.ndarray:
+        self.calls.append(len(data))
+        if (data < 0).any():
+            raise ValueError("negative input")
+        return data[:, 0] * 2
+
+
+def request(values: list[float], rid: str) -> pb.ModelInferRequest:
+    arr = np.asarray(values, dtype=np.float64)
+    req = pb.ModelInferRequest(model_name="doubler", id=rid)
+    req.inputs.add(name="a", datatype="FP64", shape=arr.shape)
+    req.raw_input_contents.append(to_raw(arr))
+    return req
+
+
+def test_concurrent_requests_share_calls_and_a_bad_one_fails_alone():
+    predictor = Doubler()
+    inputs, outputs = describe(predictor)
+    predictor.calls.clear()
+    model = LoadedModel(ModelRef("run", "doubler", "c1"), "fake", predictor, inputs, outputs)
+    values = [[float(i), float(i) + 0.5] for i in range(20)]
+    values[7] = [-1.0]
+
+    async def go():
+        with ThreadPoolExecutor(2) as pool:
+            batcher = Batcher(pool, max_inflight=1)
+            return await asyncio.gather(
+                *(batcher.infer(request(v, str(i)), model) for i, v in enumerate(values)), return_exceptions=True
+            )
+
+    results = asyncio.run(go())
+    for i, (v, result) in enumerate(zip(values, results)):
+        if i == 7:
+            assert isinstance(result, InvalidArgumentError) and "negative input" in str(result)
+            continue
+        assert result.id == str(i)
+        np.testing.assert_array_equal(np.frombuffer(result.raw_output_contents[0], "<f8"), np.array(v) * 2)
+    assert max(predictor.calls) > 2  # rows of several requests went in one call
