@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import signal
-import threading
 
 import grpc
 import ray
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
 
+from trainwire.serving import (
+    ServerThread,
+    add_health_and_reflection,
+    advertised_address,
+    mark_serving,
+    message_size_options,
+    serve_until_signalled,
+)
 from trainwire.storage import Store
 from trainwire.v1 import coordinator_pb2, coordinator_pb2_grpc, worker_reports_pb2, worker_reports_pb2_grpc
 from trainwire_coordinator.datasets import DatasetService
@@ -62,23 +66,17 @@ class CoordinatorServer:
             worker_pool_idle_s=settings.worker_pool_idle_s,
         )
         self.runs.recover()
-        options = [
-            ("grpc.max_send_message_length", settings.max_message_bytes),
-            ("grpc.max_receive_message_length", settings.max_message_bytes),
-        ]
         interceptors = [BearerTokenInterceptor(settings.auth_token)] if settings.auth_token else []
-        self.server = grpc.aio.server(options=options, interceptors=interceptors)
+        self.server = grpc.aio.server(
+            options=message_size_options(settings.max_message_bytes), interceptors=interceptors
+        )
         coordinator_pb2_grpc.add_CoordinatorServicer_to_server(CoordinatorServicer(self.runs), self.server)
         worker_reports_pb2_grpc.add_WorkerReportsServicer_to_server(WorkerReportsServicer(self.runs), self.server)
-        health_servicer = health.aio.HealthServicer()
-        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, self.server)
-        reflection.enable_server_reflection((*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), self.server)
+        health_servicer = add_health_and_reflection(self.server, SERVICE_NAMES)
         port = self.server.add_insecure_port(f"{settings.host}:{settings.port}")
         await self.server.start()
-        for name in (*SERVICE_NAMES, ""):
-            await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
-        host = settings.host if settings.host not in ("0.0.0.0", "::", "[::]") else ray.util.get_node_ip_address()
-        self.address = f"{host}:{port}"
+        await mark_serving(health_servicer, SERVICE_NAMES)
+        self.address = advertised_address(settings.host, port, ray.util.get_node_ip_address)
         return self.address
 
     async def stop(self, grace_s: float = 5.0) -> None:
@@ -90,42 +88,11 @@ class CoordinatorServer:
             self.runs.metadata.close()
 
 
-class CoordinatorThread:
-    """Runs a coordinator on its own event loop in a background thread (tests, embedding)."""
+class CoordinatorThread(ServerThread):
+    """A coordinator on its own event loop in a background thread (tests, embedding)."""
 
     def __init__(self, settings: CoordinatorSettings) -> None:
-        self.server = CoordinatorServer(settings)
-        self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self.loop.run_forever, name="trainwire-coordinator", daemon=True)
-
-    def start(self) -> str:
-        self._thread.start()
-        return asyncio.run_coroutine_threadsafe(self.server.start(), self.loop).result(120)
-
-    def call(self, coro, timeout_s: float = 60):  # type: ignore[no-untyped-def]
-        """Runs a coroutine on the coordinator's loop and returns its result."""
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout_s)
-
-    def stop(self) -> None:
-        self.call(self.server.stop(1.0))
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self._thread.join(10)
-
-
-async def serve(settings: CoordinatorSettings) -> None:
-    """Runs a coordinator until interrupted; prints the bound address first."""
-    server = CoordinatorServer(settings)
-    address = await server.start()
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    print(f"trainwire coordinator listening on {address}", flush=True)
-    try:
-        await stop.wait()
-    finally:
-        await server.stop()
-        ray.shutdown()
+        super().__init__(CoordinatorServer(settings), "trainwire-coordinator")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -141,4 +108,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     overrides = {k: v for k, v in vars(args).items() if v is not None}
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    asyncio.run(serve(CoordinatorSettings(**overrides)))
+    asyncio.run(
+        serve_until_signalled(
+            CoordinatorServer(CoordinatorSettings(**overrides)), "trainwire coordinator", ray.shutdown
+        )
+    )

@@ -1,0 +1,90 @@
+"""What every trainwire gRPC server shares: message limits, health, reflection, running."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import socket
+import threading
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
+from typing import Any, Protocol
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+
+class Startable(Protocol):
+    address: str
+
+    async def start(self) -> str: ...
+
+    async def stop(self, grace_s: float = 5.0) -> None: ...
+
+
+def message_size_options(max_message_bytes: int) -> list[tuple[str, int]]:
+    return [
+        ("grpc.max_send_message_length", max_message_bytes),
+        ("grpc.max_receive_message_length", max_message_bytes),
+    ]
+
+
+def add_health_and_reflection(server: grpc.aio.Server, service_names: Iterable[str]) -> health.aio.HealthServicer:
+    """Registers gRPC health checking and server reflection (so grpcurl and ghz need no protos)."""
+    health_servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    reflection.enable_server_reflection((*service_names, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
+    return health_servicer
+
+
+async def mark_serving(health_servicer: health.aio.HealthServicer, service_names: Iterable[str]) -> None:
+    for name in (*service_names, ""):
+        await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+
+
+def advertised_address(host: str, port: int, node_ip: Callable[[], str] | None = None) -> str:
+    """The ``host:port`` others reach a server bound to ``host`` at."""
+    if host in ("0.0.0.0", "::", "[::]"):
+        host = node_ip() if node_ip is not None else socket.gethostbyname(socket.gethostname())
+    return f"{host}:{port}"
+
+
+async def serve_until_signalled(
+    server: Startable, banner: str, on_stop: Callable[[], Awaitable[None] | None] | None = None
+) -> None:
+    """Starts ``server``, prints ``<banner> listening on <address>``, stops on SIGTERM or SIGINT."""
+    address = await server.start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    print(f"{banner} listening on {address}", flush=True)
+    try:
+        await stop.wait()
+    finally:
+        await server.stop()
+        if on_stop is not None and (pending := on_stop()) is not None:
+            await pending
+
+
+class ServerThread:
+    """Runs a server on its own event loop in a background thread (tests, embedding)."""
+
+    def __init__(self, server: Startable, name: str) -> None:
+        self.server = server
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name=name, daemon=True)
+
+    def start(self, timeout_s: float = 120) -> str:
+        """Starts the server; returns its ``host:port``."""
+        self._thread.start()
+        return self.call(self.server.start(), timeout_s)
+
+    def call(self, coro: Coroutine[Any, Any, Any], timeout_s: float = 60) -> Any:
+        """Runs a coroutine on the server's loop and returns its result."""
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout_s)
+
+    def stop(self) -> None:
+        self.call(self.server.stop(1.0))
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(10)
