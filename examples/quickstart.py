@@ -1,17 +1,36 @@
-"""The main job: train XGBoost on two workers, then serve predictions from the checkpoint.
+"""The main job: train XGBoost on two workers, then serve predictions from the committed checkpoint.
 
 Runs on the embedded defaults: trainwire.init() starts a local coordinator
-(local Ray, SQLite metadata, a store under ~/.trainwire).
+(local Ray, SQLite metadata, a store under ~/.trainwire); a predictor process
+serves the same store over the Open Inference Protocol.
 """
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
+import numpy as np
 from sklearn.datasets import load_breast_cancer
 from sklearn.model_selection import train_test_split
 
 import trainwire
-from trainwire import CheckpointConfig, RunConfig, ScalingConfig
-from trainwire.xgboost import XGBoostTrainer
+from trainwire import CheckpointConfig, PredictorClient, RunConfig, ScalingConfig
+from trainwire.xgboost import XGBoostPredictor, XGBoostTrainer
+from trainwire_predictor.settings import default_store
+
+
+def start_predictor(store: str) -> tuple[subprocess.Popen, str]:
+    """Starts ``trainwire predictor`` on a free port; returns the process and its address."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "trainwire_predictor", "--port", "0", "--store", store],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    line = proc.stdout.readline()
+    if "listening on" not in line:
+        raise RuntimeError(f"the predictor did not start: {line!r}")
+    return proc, line.rsplit(" ", 1)[-1].strip()
 
 
 def main() -> None:
@@ -35,14 +54,21 @@ def main() -> None:
     ).fit()
     print(f"run {result.run_id}: valid-logloss={result.metrics['valid-logloss']:.4f}")
     print(f"checkpoint: {result.checkpoint.uri}")
-
-    booster = XGBoostTrainer.get_model(result.checkpoint)
-    import xgboost
+    trainwire.shutdown()
 
     features = valid_df.drop(columns=["target"])
-    accuracy = ((booster.predict(xgboost.DMatrix(features)) > 0.5) == valid_df["target"]).mean()
-    print(f"valid accuracy: {accuracy:.3f}")
-    trainwire.shutdown()
+    local = XGBoostPredictor.from_checkpoint(result.checkpoint).predict(features)["predictions"].to_numpy()
+
+    proc, address = start_predictor(default_store())
+    try:
+        with PredictorClient(address) as client:
+            served = client.predict("cancer", features)["predictions"].to_numpy()
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    accuracy = ((served > 0.5) == valid_df["target"].to_numpy()).mean()
+    print(f"predictor at {address} served {len(served)} rows of model 'cancer': accuracy {accuracy:.3f}")
+    print(f"same as in-process XGBoostPredictor: {np.allclose(served, local)}")
 
 
 if __name__ == "__main__":

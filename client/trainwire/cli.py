@@ -70,14 +70,14 @@ def _predictor(argv: list[str]) -> None:
     main(argv)
 
 
-def _predict(argv: list[str]) -> None:
+def _predict(argv: list[str]) -> int:
     from trainwire.predictor_client import predict_main
 
-    predict_main(argv)
+    return predict_main(argv)
 
 
 # Subcommands that own their whole argument list.
-_PASSTHROUGH: dict[str, Callable[[list[str]], None]] = {
+_PASSTHROUGH: dict[str, Callable[[list[str]], int | None]] = {
     "coordinator": _coordinator,
     "predictor": _predictor,
     "predict": _predict,
@@ -125,8 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     for i, word in enumerate(argv):
         if word in _PASSTHROUGH:
-            _PASSTHROUGH[word](argv[i + 1 :])
-            return 0
+            return _PASSTHROUGH[word](argv[i + 1 :]) or 0
         if not word.startswith("-"):
             break
     args = build_parser().parse_args(argv)
