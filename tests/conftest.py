@@ -89,6 +89,8 @@ def coordinator(ray_cluster, tmp_path_factory):
             store=str(home / "store"),
             state=str(home / "state.db"),
             watch_poll_s=0.2,
+            # Idle warm workers hold CPUs that Ray Data jobs in other tests need.
+            worker_pool_idle_s=3,
         )
     )
     address = thread.start()

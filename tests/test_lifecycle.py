@@ -46,7 +46,7 @@ def _wait_for(client: CoordinatorClient, run_id: str, states: set[int], timeout_
 
 
 def test_a_run_that_must_wait_is_pending_with_the_reason(coordinator, client):
-    coordinator.server.runs.pool.evict_all()
+    coordinator.loop.call_soon_threadsafe(coordinator.server.runs.pool.evict_all)
     first = _start(client, 3, 40, 0.25)  # 3 of the cluster's 4 CPUs for ~10 s
     _wait_for(client, first, {common_pb2.RUNNING})
     second = _start(client, 2, 1, 0)
@@ -69,15 +69,12 @@ def test_cancel_a_running_run(coordinator, client):
     states = [e.state_change.state for e in client.watch_run(run_id) if e.HasField("state_change")]
     assert states[-1] == common_pb2.CANCELLED
     # Its workers are gone: the whole cluster is free again.
-    deadline = time.monotonic() + 20
-    while coordinator.server.runs.pool.evict_all() or time.monotonic() < deadline:
-        import ray
-
-        if ray.available_resources().get("CPU", 0) >= 4:
-            break
-        time.sleep(0.2)
     import ray
 
+    coordinator.loop.call_soon_threadsafe(coordinator.server.runs.pool.evict_all)
+    deadline = time.monotonic() + 20
+    while ray.available_resources().get("CPU", 0) < 4 and time.monotonic() < deadline:
+        time.sleep(0.2)
     assert ray.available_resources().get("CPU", 0) >= 4
 
 

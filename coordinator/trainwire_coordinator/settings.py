@@ -34,7 +34,8 @@ class CoordinatorSettings(BaseSettings):
     # How long a watcher waits before polling the metadata store again
     # (events written by another coordinator on the same Redis).
     watch_poll_s: float = 1.0
-    # How long idle warm workers of declarative trainers are kept (0: never).
-    worker_pool_idle_s: float = 60.0
+    # How long idle warm workers of declarative trainers are kept (0: never); they hold
+    # their CPUs meanwhile, so other Ray work on the cluster may wait that long.
+    worker_pool_idle_s: float = 10.0
     # Seconds a placement group may wait before the reason is shown.
     pending_reason_after_s: float = 1.0
