@@ -21,6 +21,7 @@ from trainwire.train.context import TrainContext
 from trainwire.v1 import common_pb2, coordinator_pb2, worker_reports_pb2
 from trainwire_coordinator.checkpoint_manager import CheckpointManager, flatten_metrics
 from trainwire_coordinator.failure_policy import FailurePolicy
+from trainwire_coordinator.preprocessors import build_preprocessor
 from trainwire_coordinator.worker_pool import WorkerPool
 from trainwire_worker.backends.base import Backend, DatasetSchema
 from trainwire_worker.datasets import ShardSpec
@@ -262,10 +263,13 @@ class RunController:
 
     def _fit_preprocessor(self) -> Any:
         """Fits the run's preprocessor on the train dataset once per run (as Ray Train's driver does)."""
-        if self._preprocessor is None and self.request.pickled_preprocessor:
+        if self._preprocessor is None and (self.request.pickled_preprocessor or self.request.HasField("preprocessor")):
             import cloudpickle
 
-            preprocessor = cloudpickle.loads(self.request.pickled_preprocessor)
+            if self.request.pickled_preprocessor:
+                preprocessor = cloudpickle.loads(self.request.pickled_preprocessor)
+            else:
+                preprocessor = build_preprocessor(self.request.preprocessor)
             if preprocessor.fit_status().name in ("NOT_FITTED", "PARTIALLY_FITTED"):
                 preprocessor.fit(_read(self.datasets["train"]))
             self._preprocessor = preprocessor

@@ -29,6 +29,7 @@ from trainwire_coordinator.datasets import DatasetService
 from trainwire_coordinator.events import EventLog
 from trainwire_coordinator.failure_policy import FailurePolicy
 from trainwire_coordinator.metadata import MetadataStore, RunRecord
+from trainwire_coordinator.preprocessors import build_preprocessor
 from trainwire_coordinator.worker_pool import WorkerPool
 from trainwire_worker.backends import get_backend
 
@@ -150,6 +151,8 @@ class RunManager:
             raise PermissionDeniedError(
                 "this coordinator does not accept pickled preprocessors", field="pickled_preprocessor"
             )
+        if request.HasField("preprocessor") and not request.pickled_preprocessor:
+            build_preprocessor(request.preprocessor)
         datasets = {name: self.datasets.resolve(name, ref) for name, ref in request.datasets.items()}
         backend.validate(request, datasets)
         if request.resume_from_checkpoint:

@@ -71,8 +71,18 @@ class SklearnSpec(_message.Message):
     parallelize_cv: int
     def __init__(self, pickled_estimator: _Optional[bytes] = ..., estimator_class: _Optional[str] = ..., estimator_params: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., label_column: _Optional[str] = ..., cv: _Optional[int] = ..., scoring: _Optional[_Iterable[str]] = ..., return_train_score_cv: _Optional[bool] = ..., parallelize_cv: _Optional[int] = ...) -> None: ...
 
+class PreprocessorSpec(_message.Message):
+    __slots__ = ("name", "params", "steps")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    PARAMS_FIELD_NUMBER: _ClassVar[int]
+    STEPS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    params: _struct_pb2.Struct
+    steps: _containers.RepeatedCompositeFieldContainer[PreprocessorSpec]
+    def __init__(self, name: _Optional[str] = ..., params: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., steps: _Optional[_Iterable[_Union[PreprocessorSpec, _Mapping]]] = ...) -> None: ...
+
 class FitRequest(_message.Message):
-    __slots__ = ("framework", "scaling_config", "run_config", "datasets", "data_parallel", "gbdt", "sklearn", "resume_from_checkpoint", "pickled_preprocessor", "idempotency_key", "metadata")
+    __slots__ = ("framework", "scaling_config", "run_config", "datasets", "data_parallel", "gbdt", "sklearn", "resume_from_checkpoint", "pickled_preprocessor", "preprocessor", "idempotency_key", "metadata")
     class DatasetsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -89,6 +99,7 @@ class FitRequest(_message.Message):
     SKLEARN_FIELD_NUMBER: _ClassVar[int]
     RESUME_FROM_CHECKPOINT_FIELD_NUMBER: _ClassVar[int]
     PICKLED_PREPROCESSOR_FIELD_NUMBER: _ClassVar[int]
+    PREPROCESSOR_FIELD_NUMBER: _ClassVar[int]
     IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
     METADATA_FIELD_NUMBER: _ClassVar[int]
     framework: str
@@ -100,9 +111,10 @@ class FitRequest(_message.Message):
     sklearn: SklearnSpec
     resume_from_checkpoint: str
     pickled_preprocessor: bytes
+    preprocessor: PreprocessorSpec
     idempotency_key: str
     metadata: _struct_pb2.Struct
-    def __init__(self, framework: _Optional[str] = ..., scaling_config: _Optional[_Union[_common_pb2.ScalingConfig, _Mapping]] = ..., run_config: _Optional[_Union[_common_pb2.RunConfig, _Mapping]] = ..., datasets: _Optional[_Mapping[str, DatasetRef]] = ..., data_parallel: _Optional[_Union[DataParallelSpec, _Mapping]] = ..., gbdt: _Optional[_Union[GBDTSpec, _Mapping]] = ..., sklearn: _Optional[_Union[SklearnSpec, _Mapping]] = ..., resume_from_checkpoint: _Optional[str] = ..., pickled_preprocessor: _Optional[bytes] = ..., idempotency_key: _Optional[str] = ..., metadata: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ...) -> None: ...
+    def __init__(self, framework: _Optional[str] = ..., scaling_config: _Optional[_Union[_common_pb2.ScalingConfig, _Mapping]] = ..., run_config: _Optional[_Union[_common_pb2.RunConfig, _Mapping]] = ..., datasets: _Optional[_Mapping[str, DatasetRef]] = ..., data_parallel: _Optional[_Union[DataParallelSpec, _Mapping]] = ..., gbdt: _Optional[_Union[GBDTSpec, _Mapping]] = ..., sklearn: _Optional[_Union[SklearnSpec, _Mapping]] = ..., resume_from_checkpoint: _Optional[str] = ..., pickled_preprocessor: _Optional[bytes] = ..., preprocessor: _Optional[_Union[PreprocessorSpec, _Mapping]] = ..., idempotency_key: _Optional[str] = ..., metadata: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ...) -> None: ...
 
 class Run(_message.Message):
     __slots__ = ("run_id", "name", "state", "state_reason", "framework", "path", "latest_metrics", "latest_checkpoint", "best_checkpoints", "error", "num_failures", "created_at", "updated_at", "request")
