@@ -144,3 +144,34 @@ def test_a_coordinator_on_redis_runs_and_records_a_fit(ray_cluster, redis_url, t
     finally:
         client.close()
         thread.stop()
+
+
+def test_stop_criteria_end_the_run_early(coordinator, client):
+    trainer = TorchTrainer(
+        sleepy_loop,
+        train_loop_config={"steps": 200, "sleep_s": 0.05},
+        scaling_config=ScalingConfig(num_workers=1),
+        run_config=RunConfig(stop={"step": 3}, verbose=0),
+    )
+    run_id = client.fit(trainer.build_request(client)).run_id
+    run = _wait_for(client, run_id, {common_pb2.SUCCEEDED, common_pb2.FAILED})
+    assert run.state == common_pb2.SUCCEEDED and run.state_reason == "stop criteria reached"
+    steps = [e.metrics.metrics["step"] for e in client.watch_run(run_id) if e.HasField("metrics")]
+    assert 3 in steps and len(steps) < 200
+
+
+def test_a_csv_uri_is_a_dataset(coordinator, cancer_data, tmp_path):
+    from sklearn.linear_model import LogisticRegression
+
+    from trainwire.sklearn import SklearnTrainer
+
+    train_df, valid_df = cancer_data
+    train_df.to_csv(tmp_path / "train.csv", index=False)
+    valid_df.to_csv(tmp_path / "valid.csv", index=False)
+    result = SklearnTrainer(
+        estimator=LogisticRegression(max_iter=5000),
+        label_column="target",
+        datasets={"train": str(tmp_path / "train.csv"), "valid": str(tmp_path / "valid.csv")},
+        run_config=RunConfig(verbose=0),
+    ).fit()
+    assert result.metrics["valid/score"] > 0.9
