@@ -116,7 +116,6 @@ class RunController:
         self.checkpoints = checkpoints
         self.attempt = 0
         self.task: asyncio.Task | None = None
-        self._group: WorkerGroup | None = None
         self._interrupt = asyncio.Event()
         self._cancel_requested = False
         self._stop_reached = False
@@ -195,6 +194,7 @@ class RunController:
             interrupt = asyncio.ensure_future(self._interrupt.wait())
             await asyncio.wait([ready, interrupt], return_when=asyncio.FIRST_COMPLETED)
             interrupt.cancel()
+            ready.cancel()  # no-op when ready; else the run was cancelled while waiting
         return pg
 
     def _pool_key(self) -> tuple:
@@ -203,8 +203,11 @@ class RunController:
         env = tuple(sorted(self.backend.worker_env(self.request).items()))
         return (self.backend.name, bundles, scaling.placement_strategy or "PACK", env)
 
-    async def _start_group(self) -> tuple[Any, WorkerGroup]:
-        """A warm group of the same shape if the pool has one, else a new placement group and actors."""
+    async def _start_group(self) -> tuple[Any, WorkerGroup] | None:
+        """A warm group of the same shape if the pool has one, else a new placement group and actors.
+
+        Returns None when the run was cancelled while it waited for resources.
+        """
         key = self._pool_key()
         if self.backend.reuse_workers and (warm := self.deps.pool.acquire(key)) is not None:
             await self._set_state(common_pb2.STARTING, "reusing warm workers")
@@ -213,7 +216,8 @@ class RunController:
         self.deps.pool.evict_all()
         pg = await self._reserve()
         if self._cancel_requested:
-            return pg, None  # type: ignore[return-value]
+            remove_placement_group(pg)
+            return None
         await self._set_state(common_pb2.STARTING)
         scaling = self.request.scaling_config
         try:
@@ -230,13 +234,12 @@ class RunController:
         """Runs one worker group to its end; returns the first worker error, if any."""
         self._pending.clear()
         try:
-            pg, group = await self._start_group()
+            started = await self._start_group()
         except Exception as exc:  # noqa: BLE001 - a group that cannot start is a failed attempt
             return None if self._cancel_requested else _error_from_exception(0, self.attempt, exc)
-        if group is None:
-            remove_placement_group(pg)
+        if started is None:
             return None
-        self._group = group
+        pg, group = started
         error: common_pb2.WorkerError | None = None
         try:
             await self.backend.on_start(group, self.request)
@@ -254,7 +257,6 @@ class RunController:
                 await asyncio.wait_for(self.backend.on_shutdown(group, self.request), 10)
             except Exception:  # noqa: BLE001 - best effort on a group being torn down
                 clean = False
-            self._group = None
             if clean and self.backend.reuse_workers:
                 await self.deps.pool.release(self._pool_key(), pg, group)
             else:
