@@ -175,3 +175,19 @@ def test_a_csv_uri_is_a_dataset(coordinator, cancer_data, tmp_path):
         run_config=RunConfig(verbose=0),
     ).fit()
     assert result.metrics["valid/score"] > 0.9
+
+
+def test_a_repeated_fit_with_the_same_idempotency_key_returns_the_first_run(coordinator, client):
+    trainer = TorchTrainer(
+        sleepy_loop,
+        train_loop_config={"steps": 1, "sleep_s": 0},
+        scaling_config=ScalingConfig(num_workers=1),
+        run_config=RunConfig(verbose=0),
+    )
+    request = trainer.build_request(client)
+    request.idempotency_key = "retry-me"
+    first = client.fit(request)
+    second = client.fit(request)
+    assert second.run_id == first.run_id
+    _wait_for(client, first.run_id, {common_pb2.SUCCEEDED})
+    assert client.fit(request).run_id == first.run_id
