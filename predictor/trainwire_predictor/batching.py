@@ -78,7 +78,7 @@ class Batcher:
         max_rows: Most rows in one batched call.
     """
 
-    def __init__(self, executor: Executor, max_inflight: int = 2, max_rows: int = 8192) -> None:
+    def __init__(self, executor: Executor, max_inflight: int = 1, max_rows: int = 8192) -> None:
         self.executor = executor
         self.max_inflight = max(1, max_inflight)
         self.max_rows = max_rows
