@@ -181,22 +181,30 @@ def test_corrupt_checkpoint_names_the_model_and_others_keep_serving(stub, store,
     assert len(predictor_client.predict(XGB, valid_x.head(2))) == 2
 
 
-def test_two_predictors_serve_a_checkpoint_committed_after_they_started(store, predictor, local_booster, valid_x):
+def test_two_predictors_serve_a_checkpoint_committed_after_they_started(
+    store, predictor, local_booster, valid_x, tmp_path
+):
+    """The session's predictor (in this process) and a second predictor process share only the store."""
     from trainwire.predictor_client import PredictorClient
     from trainwire.xgboost.predictor import XGBoostPredictor
     from trainwire.xgboost.trainer import XGBoostCheckpoint
-    from trainwire_predictor.server import PredictorThread
-    from trainwire_predictor.settings import PredictorSettings
 
-    second = PredictorThread(PredictorSettings(port=0, store=store.uri, index_refresh_s=0.2))
-    second.start()
+    log_path = tmp_path / "second.log"
+    second = subprocess.Popen(
+        [sys.executable, "-m", "trainwire_predictor", "--port", "0", "--store", store.uri, "--index-refresh-s", "0.2"],
+        stdout=subprocess.PIPE,
+        stderr=open(log_path, "w"),  # noqa: SIM115 - the process owns it
+        text=True,
+    )
     try:
-        clients = [PredictorClient(predictor.server.address), PredictorClient(second.server.address)]
+        address = second.stdout.readline().rsplit(" ", 1)[-1].strip()
+        clients = [PredictorClient(predictor.server.address), PredictorClient(address)]
         ckpt = XGBoostCheckpoint.from_model(local_booster)
         manager = commit_checkpoint(store, "pred-late-run", "pred-late", "c1", ckpt.path, 1)
         expected = XGBoostPredictor.from_checkpoint(ckpt).predict(valid_x)
         for c in clients:
-            pd.testing.assert_frame_equal(c.predict("pred-late", valid_x), expected)
+            for _ in range(3):
+                pd.testing.assert_frame_equal(c.predict("pred-late", valid_x), expected)
         # A newer checkpoint becomes the default within the refresh age.
         commit_checkpoint(store, "pred-late-run", "pred-late", "c2", ckpt.path, 2, manager=manager)
         deadline = time.monotonic() + 5
@@ -204,14 +212,18 @@ def test_two_predictors_serve_a_checkpoint_committed_after_they_started(store, p
             while c.model_metadata("pred-late")["versions"] != ["c1", "c2"] and time.monotonic() < deadline:
                 time.sleep(0.05)
             c.predict("pred-late", valid_x)
-        for thread in (predictor, second):
-            # Each predictor loaded each checkpoint exactly once, however often it was asked.
-            assert thread.models.loads[("pred-late-run", "c1")] == 1
-            assert thread.models.loads[("pred-late-run", "c2")] == 1
+            c.predict("pred-late", valid_x)
+        # Each predictor loaded each checkpoint exactly once, however often it was asked.
+        assert predictor.models.loads[("pred-late-run", "c1")] == 1
+        assert predictor.models.loads[("pred-late-run", "c2")] == 1
         for c in clients:
             c.close()
     finally:
-        second.stop()
+        second.terminate()
+        second.wait(30)
+    log = log_path.read_text()
+    assert log.count("loaded model pred-late (run pred-late-run) version c1 ") == 1, log
+    assert log.count("loaded model pred-late (run pred-late-run) version c2 ") == 1, log
 
 
 def test_health_reflection_and_repository(predictor_address, stub, xgb_result):
