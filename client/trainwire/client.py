@@ -13,6 +13,7 @@ import pyarrow as pa
 
 from trainwire.errors import NotFoundError
 from trainwire.grpc_status import from_rpc_error
+from trainwire.serving import message_size_options
 from trainwire.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc
 
 UPLOAD_CHUNK_BYTES = 1 << 20
@@ -39,10 +40,7 @@ class CoordinatorClient:
         self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
         self.channel = grpc.insecure_channel(
             address,
-            options=[
-                ("grpc.max_send_message_length", max_message_bytes),
-                ("grpc.max_receive_message_length", max_message_bytes),
-            ],
+            options=message_size_options(max_message_bytes),
         )
         self.stub = coordinator_pb2_grpc.CoordinatorStub(self.channel)
 

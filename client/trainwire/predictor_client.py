@@ -20,6 +20,7 @@ from trainwire.inference import grpc_service_pb2 as pb
 from trainwire.inference import grpc_service_pb2_grpc as pb_grpc
 from trainwire.inference.codec import datatype_of, from_contents, from_raw, to_raw
 from trainwire.predictor import DataBatch
+from trainwire.serving import message_size_options
 
 # Name of the single tensor a 2-D numpy array is sent as.
 MATRIX_INPUT = "input"
@@ -83,10 +84,7 @@ class PredictorClient:
         self.timeout_s = timeout_s
         self.channel = grpc.insecure_channel(
             address,
-            options=[
-                ("grpc.max_send_message_length", max_message_bytes),
-                ("grpc.max_receive_message_length", max_message_bytes),
-            ],
+            options=message_size_options(max_message_bytes),
         )
         self.stub = pb_grpc.GRPCInferenceServiceStub(self.channel)
 

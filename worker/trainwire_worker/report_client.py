@@ -11,6 +11,7 @@ import threading
 
 import grpc
 
+from trainwire.serving import message_size_options
 from trainwire.v1 import worker_reports_pb2, worker_reports_pb2_grpc
 
 _CLOSE = object()
@@ -28,10 +29,7 @@ class ReportStreamClient:
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._channel = grpc.insecure_channel(
             address,
-            options=[
-                ("grpc.max_send_message_length", max_message_bytes),
-                ("grpc.max_receive_message_length", max_message_bytes),
-            ],
+            options=message_size_options(max_message_bytes),
         )
         self._stub = worker_reports_pb2_grpc.WorkerReportsStub(self._channel)
         self._ack: worker_reports_pb2.ReportStreamAck | None = None

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import importlib
+import json
+import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from trainwire.checkpoint import METADATA_NAME
 from trainwire.errors import InvalidArgumentError, require_installed
-from trainwire.structs import struct_to_dict  # noqa: F401 - backends import it from here
 from trainwire.v1 import coordinator_pb2
 
 if TYPE_CHECKING:
@@ -68,6 +70,27 @@ class Backend:
     def train(worker: TrainWorker, request: coordinator_pb2.FitRequest) -> None:
         """Runs on every worker, inside the session."""
         raise NotImplementedError
+
+
+def check_tabular_datasets(datasets: dict[str, DatasetSchema], label_column: str, field: str) -> None:
+    """A declarative trainer needs a "train" dataset and its label column in every dataset."""
+    if "train" not in datasets:
+        raise InvalidArgumentError("datasets must include 'train'", field="datasets")
+    if not label_column:
+        raise InvalidArgumentError(f"{field} is required", field=field)
+    for name, schema in datasets.items():
+        if label_column not in schema.columns:
+            raise InvalidArgumentError(
+                f"label column {label_column!r} is not in dataset {name!r} (columns: {', '.join(schema.columns)})",
+                field=field,
+            )
+
+
+def write_model_metadata(directory: str, framework: str, feature_columns: list[str], label_column: str) -> None:
+    """Records what the model takes, so predictors can describe and check inputs."""
+    meta = {"framework": framework, "feature_columns": feature_columns, "label_column": label_column}
+    with open(os.path.join(directory, METADATA_NAME), "w") as f:
+        json.dump(meta, f)
 
 
 _REGISTRY = {

@@ -10,8 +10,9 @@ from typing import TYPE_CHECKING, Any
 import cloudpickle
 
 from trainwire.errors import InvalidArgumentError
+from trainwire.structs import struct_to_dict
 from trainwire.v1 import coordinator_pb2
-from trainwire_worker.backends.base import Backend, struct_to_dict
+from trainwire_worker.backends.base import Backend
 
 if TYPE_CHECKING:
     from trainwire_worker.actor import TrainWorker

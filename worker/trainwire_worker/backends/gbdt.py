@@ -10,10 +10,10 @@ from collections.abc import Callable
 from typing import Any
 
 from trainwire import train
-from trainwire.checkpoint import METADATA_NAME, Checkpoint
+from trainwire.checkpoint import Checkpoint
 from trainwire.errors import InvalidArgumentError
 from trainwire.v1 import coordinator_pb2
-from trainwire_worker.backends.base import Backend, DatasetSchema
+from trainwire_worker.backends.base import Backend, DatasetSchema, check_tabular_datasets
 
 
 class GBDTBackend(Backend):
@@ -26,17 +26,7 @@ class GBDTBackend(Backend):
     def validate(self, request: coordinator_pb2.FitRequest, datasets: dict[str, DatasetSchema]) -> None:
         super().validate(request, datasets)
         spec = request.gbdt
-        if "train" not in datasets:
-            raise InvalidArgumentError("datasets must include 'train'", field="datasets")
-        if not spec.label_column:
-            raise InvalidArgumentError("gbdt.label_column is required", field="gbdt.label_column")
-        for name, schema in datasets.items():
-            if spec.label_column not in schema.columns:
-                raise InvalidArgumentError(
-                    f"label column {spec.label_column!r} is not in dataset {name!r} "
-                    f"(columns: {', '.join(schema.columns)})",
-                    field="gbdt.label_column",
-                )
+        check_tabular_datasets(datasets, spec.label_column, "gbdt.label_column")
         if spec.num_boost_round < 1:
             raise InvalidArgumentError(
                 f"gbdt.num_boost_round must be >= 1, got {spec.num_boost_round}", field="gbdt.num_boost_round"
@@ -73,13 +63,6 @@ def report_round(
         with open(os.path.join(tmp, f"worker_{ctx.get_world_rank()}.json"), "w") as f:
             json.dump(summary, f)
         train.report(metrics, checkpoint=Checkpoint.from_directory(tmp))
-
-
-def write_model_metadata(directory: str, framework: str, feature_columns: list[str], label_column: str) -> None:
-    """Records what the model takes, so predictors can describe and check inputs."""
-    meta = {"framework": framework, "feature_columns": feature_columns, "label_column": label_column}
-    with open(os.path.join(directory, METADATA_NAME), "w") as f:
-        json.dump(meta, f)
 
 
 def checkpoint_due(request: coordinator_pb2.FitRequest, iteration: int, last: bool) -> bool:

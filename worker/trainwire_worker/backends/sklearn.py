@@ -13,9 +13,14 @@ import cloudpickle
 from trainwire import train
 from trainwire.checkpoint import Checkpoint
 from trainwire.errors import InvalidArgumentError
+from trainwire.structs import struct_to_dict
 from trainwire.v1 import coordinator_pb2
-from trainwire_worker.backends.base import Backend, DatasetSchema, struct_to_dict
-from trainwire_worker.backends.gbdt import write_model_metadata
+from trainwire_worker.backends.base import (
+    Backend,
+    DatasetSchema,
+    check_tabular_datasets,
+    write_model_metadata,
+)
 
 if TYPE_CHECKING:
     from trainwire_worker.actor import TrainWorker
@@ -92,13 +97,6 @@ class SklearnBackend(Backend):
             )
         if spec.WhichOneof("estimator") is None:
             raise InvalidArgumentError("sklearn.estimator is required", field="sklearn.estimator")
-        if "train" not in datasets:
-            raise InvalidArgumentError("datasets must include 'train'", field="datasets")
-        for name, schema in datasets.items():
-            if spec.label_column not in schema.columns:
-                raise InvalidArgumentError(
-                    f"label column {spec.label_column!r} is not in dataset {name!r}",
-                    field="sklearn.label_column",
-                )
+        check_tabular_datasets(datasets, spec.label_column, "sklearn.label_column")
 
     train = staticmethod(train_sklearn)

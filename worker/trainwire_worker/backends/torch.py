@@ -6,8 +6,8 @@ import os
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
+from trainwire.structs import struct_to_dict
 from trainwire.v1 import coordinator_pb2
-from trainwire_worker.backends.base import struct_to_dict
 from trainwire_worker.backends.data_parallel import DataParallelBackend
 
 if TYPE_CHECKING:

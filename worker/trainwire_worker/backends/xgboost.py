@@ -11,9 +11,10 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from trainwire import train
+from trainwire.structs import struct_to_dict
 from trainwire.v1 import coordinator_pb2
-from trainwire_worker.backends.base import struct_to_dict
-from trainwire_worker.backends.gbdt import GBDTBackend, checkpoint_due, report_round, write_model_metadata
+from trainwire_worker.backends.base import write_model_metadata
+from trainwire_worker.backends.gbdt import GBDTBackend, checkpoint_due, report_round
 
 if TYPE_CHECKING:
     from trainwire_worker.actor import TrainWorker
