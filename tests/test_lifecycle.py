@@ -191,3 +191,45 @@ def test_a_repeated_fit_with_the_same_idempotency_key_returns_the_first_run(coor
     assert second.run_id == first.run_id
     _wait_for(client, first.run_id, {common_pb2.SUCCEEDED})
     assert client.fit(request).run_id == first.run_id
+
+
+def test_watch_reconnects_when_the_coordinator_comes_back(ray_cluster, tmp_path, cancer_data):
+    import socket
+    import threading
+
+    from trainwire_coordinator.server import CoordinatorThread
+    from trainwire_coordinator.settings import CoordinatorSettings
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    settings = CoordinatorSettings(port=port, store=str(tmp_path / "s"), state=str(tmp_path / "db"))
+    first = CoordinatorThread(settings)
+    address = first.start()
+    client = CoordinatorClient(address)
+    trainer = XGBoostTrainer(
+        params={"objective": "binary:logistic"},
+        label_column="target",
+        num_boost_round=2,
+        datasets={"train": cancer_data[0]},
+        run_config=RunConfig(verbose=0),
+    )
+    run_id = client.fit(trainer.build_request(client)).run_id
+    _wait_for(client, run_id, {common_pb2.SUCCEEDED})
+    first.stop()
+
+    seen: list = []
+    watcher = threading.Thread(target=lambda: seen.extend(client.watch_run(run_id, reconnect_for_s=60)))
+    watcher.start()
+    time.sleep(1.0)  # the watcher is retrying against a closed port
+    assert watcher.is_alive() and not seen
+    second = CoordinatorThread(settings)
+    second.start()
+    try:
+        watcher.join(30)
+        assert not watcher.is_alive()
+        assert [e.event_id for e in seen] == list(range(1, len(seen) + 1))
+        assert seen[-1].state_change.state == common_pb2.SUCCEEDED
+    finally:
+        client.close()
+        second.stop()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -67,21 +68,33 @@ class CoordinatorClient:
     def cancel_run(self, run_id: str) -> coordinator_pb2.Run:
         return self._call("CancelRun", coordinator_pb2.CancelRunRequest(run_id=run_id))
 
-    def watch_run(self, run_id: str, after_event_id: int = 0) -> Iterator[coordinator_pb2.RunEvent]:
-        """Streams events; reconnects from the last event id seen if the stream drops."""
+    def watch_run(
+        self, run_id: str, after_event_id: int = 0, reconnect_for_s: float = 60.0
+    ) -> Iterator[coordinator_pb2.RunEvent]:
+        """Streams a run's events until it ends.
+
+        If the coordinator becomes unreachable, reconnects from the last event
+        seen (no event is lost or repeated), backing off, for up to ``reconnect_for_s``.
+        """
         last = after_event_id
+        delay_s, give_up_at = 0.1, None
         while True:
             try:
                 for event in self.stub.WatchRun(
-                    coordinator_pb2.WatchRunRequest(run_id=run_id, after_event_id=last),
-                    metadata=self._metadata,
+                    coordinator_pb2.WatchRunRequest(run_id=run_id, after_event_id=last), metadata=self._metadata
                 ):
                     last = event.event_id
+                    delay_s, give_up_at = 0.1, None
                     yield event
                 return
             except grpc.RpcError as err:
                 if err.code() != grpc.StatusCode.UNAVAILABLE:
                     raise from_rpc_error(err) from None
+                give_up_at = give_up_at or time.monotonic() + reconnect_for_s
+                if time.monotonic() >= give_up_at:
+                    raise from_rpc_error(err) from None
+                time.sleep(delay_s)
+                delay_s = min(delay_s * 2, 5.0)
 
     def upload_table(self, table: pa.Table) -> coordinator_pb2.DatasetInfo:
         """Uploads an Arrow table once: the same content is never sent twice."""
