@@ -137,3 +137,29 @@ def test_bad_checkpoint_uploads_store_nothing(client, coordinator_address, store
 
     with pytest.raises(NotFoundError):
         client.get_run("bad-upload")
+
+
+def test_a_runs_own_storage_path(coordinator, client, tmp_path):
+    own = tmp_path / "team-store"
+    result = TorchTrainer(
+        scored_loop,
+        train_loop_config={"scores": [1.0]},
+        scaling_config=ScalingConfig(num_workers=1),
+        run_config=RunConfig(name="own-store", storage_path=str(own), verbose=0),
+    ).fit()
+    assert result.path == f"file://{own}/runs/{result.run_id}"
+    assert result.checkpoint.path.startswith(f"{own}/runs/{result.run_id}/checkpoints/")
+    assert (own / "runs" / result.run_id / "checkpoints.json").exists()
+    out = client.download_checkpoint("own-store", tmp_path / "dl")
+    assert open(os.path.join(out, "state.txt")).read() == "step 0"
+
+
+def test_download_by_uri_only_inside_the_coordinators_store(client, tmp_path):
+    from trainwire.errors import PermissionDeniedError
+
+    (tmp_path / "secret").write_text("no")
+    with pytest.raises(PermissionDeniedError) as info:
+        client.download_checkpoint(f"file://{tmp_path}", tmp_path / "dl")
+    assert info.value.field == "checkpoint"
+    with pytest.raises(PermissionDeniedError):
+        client.download_checkpoint("file:///etc", tmp_path / "dl2")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import posixpath
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -171,6 +172,7 @@ class RunManager:
 
     async def fit(self, request: coordinator_pb2.FitRequest) -> coordinator_pb2.Run:
         run_config, datasets = self._validate(request)
+        store = self._run_store(run_config.storage_path)
         run_id = uuid.uuid4().hex[:16]
         name = run_config.name or f"{request.framework}-{run_id[:8]}"
         run = coordinator_pb2.Run(
@@ -178,7 +180,7 @@ class RunManager:
             name=name,
             state=common_pb2.PENDING,
             framework=request.framework,
-            path=self.store.uri_of(self.store.run_dir(run_id)),
+            path=store.uri_of(store.run_dir(run_id)),
             created_at=_now(),
             updated_at=_now(),
             request=request,
@@ -195,7 +197,7 @@ class RunManager:
             backend=get_backend(request.framework),
             datasets=datasets,
             deps=ControllerDeps(
-                store=self.store,
+                store=store,
                 save_run=self._save,
                 emit=self.events.append,
                 coordinator_address=self.coordinator_address,
@@ -204,12 +206,25 @@ class RunManager:
             ),
             policy=self.policy_factory(run_config.failure_config),
             checkpoints=CheckpointManager(
-                self.store, run_id, name, run_config.checkpoint_config or CheckpointConfig(), request.framework
+                store, run_id, name, run_config.checkpoint_config or CheckpointConfig(), request.framework
             ),
         )
         self.controllers[run_id] = controller
         controller.start()
         return run
+
+    def _run_store(self, storage_path: str | None) -> Store:
+        """The run's own store (``RunConfig.storage_path``), else the coordinator's."""
+        if not storage_path:
+            return self.store
+        try:
+            return Store(storage_path)
+        except InvalidArgumentError as exc:
+            raise InvalidArgumentError(exc.message, field="run_config.storage_path") from exc
+        except OSError as exc:
+            raise InvalidArgumentError(
+                f"cannot use storage_path {storage_path!r}: {exc}", field="run_config.storage_path"
+            ) from exc
 
     def get_run(self, run_id: str) -> coordinator_pb2.Run:
         if not run_id:
@@ -292,19 +307,28 @@ class RunManager:
         return info
 
     def download_checkpoint(self, checkpoint: str) -> AsyncIterator[coordinator_pb2.FileChunk]:
-        store, path = checkpoint_location(self.store, self, checkpoint)
+        store, path = checkpoint_location(self, checkpoint)
         return iter_checkpoint_files(store, path)
 
 
 CHUNK_BYTES = 1 << 20
 
 
-def checkpoint_location(store: Store, runs: RunManager, checkpoint: str) -> tuple[Store, str]:
-    """The store and path of a checkpoint named by URI or ``<run id or name>/<checkpoint id>``."""
+def checkpoint_location(runs: RunManager, checkpoint: str) -> tuple[Store, str]:
+    """The store and path of a checkpoint named ``<run id or name>/<checkpoint id>`` (or just the run, for
+    its latest), or by a URI inside the coordinator's store."""
     if not checkpoint:
         raise InvalidArgumentError("checkpoint is required", field="checkpoint")
     if "://" in checkpoint:
         ckpt = Checkpoint(checkpoint)
+        runs_dir = runs.store.path("runs") + "/"
+        same_fs = type(ckpt.filesystem) is type(runs.store.fs)
+        if not same_fs or not posixpath.normpath(ckpt.path).startswith(runs_dir):
+            # A URI anywhere else would let a caller read any file the coordinator can.
+            raise PermissionDeniedError(
+                "only checkpoints in the coordinator's store can be named by URI; use <run>/<checkpoint id>",
+                field="checkpoint",
+            )
         return Store.for_filesystem(ckpt.filesystem, ckpt.path), ckpt.path
     run_ref, _, checkpoint_id = checkpoint.partition("/")
     run = runs.get_run(run_ref)
@@ -312,9 +336,11 @@ def checkpoint_location(store: Store, runs: RunManager, checkpoint: str) -> tupl
         if not run.HasField("latest_checkpoint"):
             raise NotFoundError(f"run {run_ref!r} has no checkpoint")
         checkpoint_id = run.latest_checkpoint.checkpoint_id
-    if checkpoint_id not in {c.checkpoint_id for c in run.best_checkpoints}:
+    info = next((c for c in run.best_checkpoints if c.checkpoint_id == checkpoint_id), None)
+    if info is None:
         raise NotFoundError(f"run {run_ref!r} has no checkpoint {checkpoint_id!r}")
-    return store, store.checkpoint_dir(run.run_id, checkpoint_id)
+    ckpt = Checkpoint(info.uri)
+    return Store.for_filesystem(ckpt.filesystem, ckpt.path), ckpt.path
 
 
 async def iter_checkpoint_files(store: Store, path: str) -> AsyncIterator[coordinator_pb2.FileChunk]:
