@@ -158,3 +158,13 @@ def test_pickled_code_refused_when_disabled(coordinator, stub):
         runs.allow_pickled_code = True
     assert err.code() == grpc.StatusCode.PERMISSION_DENIED
     assert field_of(err) == "data_parallel.train_loop.pickled_function"
+
+
+def test_strict_spread_over_more_workers_than_nodes(stub, uploaded):
+    request = _gbdt_request(uploaded)
+    request.scaling_config.num_workers = 2
+    request.scaling_config.placement_strategy = "STRICT_SPREAD"
+    err = _call_error(stub.Fit, request)
+    assert err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert "the cluster has 1" in err.details()
+    assert field_of(err) == "scaling_config.placement_strategy"

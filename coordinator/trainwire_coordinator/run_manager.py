@@ -55,9 +55,15 @@ def _record(run: coordinator_pb2.Run, idempotency_key: str = "") -> RunRecord:
     )
 
 
-def check_feasible(scaling: common_pb2.ScalingConfig, total: dict[str, float]) -> None:
+def check_feasible(scaling: common_pb2.ScalingConfig, total: dict[str, float], num_nodes: int) -> None:
     """Raises ResourceExhaustedError when the cluster can never hold the run."""
     bundles = bundles_for(scaling)
+    if scaling.placement_strategy == "STRICT_SPREAD" and scaling.num_workers > num_nodes:
+        raise ResourceExhaustedError(
+            f"the run can never be placed: STRICT_SPREAD puts each of {scaling.num_workers} workers on its own "
+            f"node but the cluster has {num_nodes}; use SPREAD or PACK, or fewer workers",
+            field="scaling_config.placement_strategy",
+        )
     need: dict[str, float] = {}
     for bundle in bundles:
         for key, value in bundle.items():
@@ -167,7 +173,7 @@ class RunManager:
                     f"resume_from_checkpoint {request.resume_from_checkpoint!r} does not exist",
                     field="resume_from_checkpoint",
                 )
-        check_feasible(request.scaling_config, ray.cluster_resources())
+        check_feasible(request.scaling_config, ray.cluster_resources(), sum(1 for n in ray.nodes() if n["Alive"]))
         return run_config, datasets
 
     async def fit(self, request: coordinator_pb2.FitRequest) -> coordinator_pb2.Run:
