@@ -80,15 +80,19 @@ class LoadedModel:
 
 def detect_framework(store: Store, directory: str) -> str:
     """The framework of a checkpoint: its manifest, its metadata, else its model file."""
+    named = ""
     for name in (MANIFEST_NAME, ".metadata.json"):
         path = f"{directory}/{name}"
         if store.exists(path):
-            framework = store.read_json(path).get("framework")
-            if framework:
-                return str(framework)
+            named = str(store.read_json(path).get("framework") or "")
+            if named in PREDICTORS:
+                return named
+    # Uploaded checkpoints (framework "upload") and older ones: the model file tells.
     for filename, framework in MODEL_FILES.items():
         if store.exists(f"{directory}/{filename}"):
             return framework
+    if named:
+        return named
     raise FailedPreconditionError(f"cannot tell the framework of checkpoint {store.uri_of(directory)}")
 
 

@@ -315,3 +315,13 @@ def test_concurrent_requests_batched_answer_each_its_own(stub, xgb_local, valid_
     with pytest.raises(grpc.RpcError) as err:
         bad.result(timeout=30)
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+def test_an_uploaded_checkpoint_is_served_under_its_run_name(client, predictor_client, local_booster, valid_x):
+    from trainwire.xgboost.predictor import XGBoostPredictor
+    from trainwire.xgboost.trainer import XGBoostCheckpoint
+
+    ckpt = XGBoostCheckpoint.from_model(local_booster)
+    client.upload_checkpoint(ckpt.path, "pred-uploaded")
+    expected = XGBoostPredictor.from_checkpoint(ckpt).predict(valid_x)
+    pd.testing.assert_frame_equal(predictor_client.predict("pred-uploaded", valid_x), expected)
