@@ -32,11 +32,17 @@ PREDICTORS: dict[str, tuple[str, str]] = {
     "xgboost": ("trainwire.xgboost.predictor", "XGBoostPredictor"),
     "torch": ("trainwire.torch.predictor", "TorchPredictor"),
     "sklearn": ("trainwire.sklearn.predictor", "SklearnPredictor"),
+    "lightgbm": ("trainwire.lightgbm.predictor", "LightGBMPredictor"),
 }
 # Options for serving many small batches at once (results are the same).
-SERVING_KWARGS: dict[str, dict[str, Any]] = {"xgboost": {"nthread": 1}}
+SERVING_KWARGS: dict[str, dict[str, Any]] = {"xgboost": {"nthread": 1}, "lightgbm": {"num_threads": 1}}
 # Checkpoints written before manifests named the framework: known model file -> framework.
-MODEL_FILES: dict[str, str] = {"model.ubj": "xgboost", "model.pt": "torch", "model.pkl": "sklearn"}
+MODEL_FILES: dict[str, str] = {
+    "model.ubj": "xgboost",
+    "model.pt": "torch",
+    "model.pkl": "sklearn",
+    "model.txt": "lightgbm",
+}
 
 
 @dataclass(frozen=True)

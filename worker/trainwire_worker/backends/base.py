@@ -96,6 +96,7 @@ def write_model_metadata(directory: str, framework: str, feature_columns: list[s
 _REGISTRY = {
     "torch": "trainwire_worker.backends.torch:TorchBackend",
     "xgboost": "trainwire_worker.backends.xgboost:XGBoostBackend",
+    "lightgbm": "trainwire_worker.backends.lightgbm:LightGBMBackend",
     "sklearn": "trainwire_worker.backends.sklearn:SklearnBackend",
 }
 

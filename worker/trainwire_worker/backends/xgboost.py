@@ -91,7 +91,7 @@ def train_xgboost(worker: TrainWorker, request: coordinator_pb2.FitRequest) -> N
     # One worker needs no collective.
     communicator = CommunicatorContext(dmlc_task_id=str(ctx.world_rank), **args) if args else contextlib.nullcontext()
     with communicator:
-        booster = xgboost.train(
+        xgboost.train(
             params,
             dtrain,
             num_boost_round=rounds,
@@ -100,7 +100,6 @@ def train_xgboost(worker: TrainWorker, request: coordinator_pb2.FitRequest) -> N
             callbacks=[ReportCallback()],
             verbose_eval=False,
         )
-    worker.state["model"] = booster
 
 
 class XGBoostBackend(GBDTBackend):

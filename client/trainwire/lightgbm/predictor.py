@@ -1,0 +1,52 @@
+"""``LightGBMPredictor``, as ``ray.train.lightgbm.LightGBMPredictor``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from trainwire.checkpoint import Checkpoint
+from trainwire.predictor import Predictor
+
+
+class LightGBMPredictor(Predictor):
+    """Scores with a LightGBM booster.
+
+    Args:
+        model: The ``lightgbm.Booster``.
+        preprocessor: A fitted Ray Data preprocessor, or None.
+        feature_columns: Input columns (default: the checkpoint's metadata, else the booster's feature names).
+        num_threads: Threads per prediction call (default: LightGBM's).
+    """
+
+    framework = "lightgbm"
+
+    def __init__(
+        self,
+        model: Any,
+        preprocessor: Any = None,
+        feature_columns: list[str] | None = None,
+        num_threads: int | None = None,
+    ) -> None:
+        super().__init__(preprocessor, feature_columns or model.feature_name())
+        self.model = model
+        self.num_threads = num_threads
+
+    @classmethod
+    def from_checkpoint(cls, checkpoint: Checkpoint, **kwargs: Any) -> LightGBMPredictor:
+        from trainwire.lightgbm.trainer import LightGBMCheckpoint
+
+        booster = LightGBMCheckpoint(checkpoint.path, checkpoint.filesystem).get_model()
+        kwargs.setdefault("feature_columns", checkpoint.get_metadata().get("feature_columns"))
+        kwargs.setdefault("preprocessor", checkpoint.get_preprocessor())
+        return cls(booster, **kwargs)
+
+    @property
+    def model_columns(self) -> list[str] | None:
+        return self.model.feature_name() or self.feature_columns
+
+    def _predict_numpy(self, data: np.ndarray, **kwargs: Any) -> np.ndarray:
+        if self.num_threads is not None:
+            kwargs.setdefault("num_threads", self.num_threads)
+        return self.model.predict(data, **kwargs)

@@ -1,0 +1,45 @@
+"""``LightGBMTrainer`` and ``LightGBMCheckpoint``."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from typing import Any
+
+from trainwire.checkpoint import Checkpoint
+from trainwire.gbdt import GBDTTrainer
+
+MODEL_FILENAME = "model.txt"
+
+
+class LightGBMCheckpoint(Checkpoint):
+    """A checkpoint holding a LightGBM booster (``model.txt``)."""
+
+    @classmethod
+    def from_model(cls, booster: Any, *, preprocessor: Any = None) -> LightGBMCheckpoint:
+        path = tempfile.mkdtemp(prefix="trainwire-lightgbm-")
+        booster.save_model(os.path.join(path, MODEL_FILENAME))
+        ckpt = cls.from_directory(path)
+        if preprocessor is not None:
+            ckpt.set_preprocessor(preprocessor)
+        return ckpt  # type: ignore[return-value]
+
+    def get_model(self) -> Any:
+        import lightgbm
+
+        with self.as_directory() as d:
+            return lightgbm.Booster(model_file=os.path.join(d, MODEL_FILENAME))
+
+
+class LightGBMTrainer(GBDTTrainer):
+    """Data-parallel LightGBM (``tree_learner=data``) across ``scaling_config.num_workers`` workers.
+
+    ``dmatrix_params`` are passed to ``lightgbm.Dataset``.
+    """
+
+    framework = "lightgbm"
+    checkpoint_cls = LightGBMCheckpoint
+
+    @staticmethod
+    def get_model(checkpoint: Checkpoint) -> Any:
+        return LightGBMCheckpoint(checkpoint.uri).get_model()
