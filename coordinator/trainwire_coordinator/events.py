@@ -32,11 +32,16 @@ class EventLog:
             cond.notify_all()
         return event_id
 
+    def forget(self, run_id: str) -> None:
+        """Drops a finished run's wake-up condition; its watchers end on their next poll."""
+        self._conditions.pop(run_id, None)
+
     async def watch(
-        self, run_id: str, after_event_id: int, has_ended: Callable[[], bool]
+        self, run_id: str, after_event_id: int, has_ended: Callable[[], bool], live: bool = True
     ) -> AsyncIterator[coordinator_pb2.RunEvent]:
         """Yields events after ``after_event_id`` until the run has ended and all are sent."""
-        cond = self._conditions[run_id]
+        # Only a run this coordinator is running gets wake-ups; others are read by polling.
+        cond = self._conditions[run_id] if live else asyncio.Condition()
         ended = False
         while True:
             batch = self.metadata.read_events(run_id, after_event_id, 500)

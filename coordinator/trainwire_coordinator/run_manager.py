@@ -217,7 +217,14 @@ class RunManager:
         )
         self.controllers[run_id] = controller
         controller.start()
+        assert controller.task is not None
+        # A finished run lives on in the metadata store only; its controller (datasets, pickled code) goes.
+        controller.task.add_done_callback(lambda _: self._forget(run_id))
         return run
+
+    def _forget(self, run_id: str) -> None:
+        self.controllers.pop(run_id, None)
+        self.events.forget(run_id)
 
     def _run_store(self, storage_path: str | None) -> Store:
         """The run's own store (``RunConfig.storage_path``), else the coordinator's."""
@@ -261,7 +268,8 @@ class RunManager:
         def has_ended() -> bool:
             return self.get_run(run_id).state in TERMINAL
 
-        async for event in self.events.watch(run_id, request.after_event_id, has_ended):
+        live = run_id in self.controllers
+        async for event in self.events.watch(run_id, request.after_event_id, has_ended, live):
             yield event
 
     async def cancel(self, run_id: str) -> coordinator_pb2.Run:
