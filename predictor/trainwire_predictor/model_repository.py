@@ -33,6 +33,7 @@ PREDICTORS: dict[str, tuple[str, str]] = {
     "torch": ("trainwire.torch.predictor", "TorchPredictor"),
     "sklearn": ("trainwire.sklearn.predictor", "SklearnPredictor"),
     "lightgbm": ("trainwire.lightgbm.predictor", "LightGBMPredictor"),
+    "tensorflow": ("trainwire.tensorflow.predictor", "TensorflowPredictor"),
 }
 # Options for serving many small batches at once (results are the same).
 SERVING_KWARGS: dict[str, dict[str, Any]] = {"xgboost": {"nthread": 1}, "lightgbm": {"num_threads": 1}}
@@ -42,6 +43,7 @@ MODEL_FILES: dict[str, str] = {
     "model.pt": "torch",
     "model.pkl": "sklearn",
     "model.txt": "lightgbm",
+    "model.keras": "tensorflow",
 }
 
 

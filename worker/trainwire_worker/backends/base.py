@@ -97,6 +97,7 @@ _REGISTRY = {
     "torch": "trainwire_worker.backends.torch:TorchBackend",
     "xgboost": "trainwire_worker.backends.xgboost:XGBoostBackend",
     "lightgbm": "trainwire_worker.backends.lightgbm:LightGBMBackend",
+    "tensorflow": "trainwire_worker.backends.tensorflow:TensorflowBackend",
     "sklearn": "trainwire_worker.backends.sklearn:SklearnBackend",
 }
 

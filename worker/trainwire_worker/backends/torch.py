@@ -22,6 +22,7 @@ def _setup_process_group(
     rank: int,
     world_size: int,
     local_rank: int,
+    local_world_size: int,
     backend: str,
     timeout_s: float,
 ) -> None:
@@ -33,6 +34,8 @@ def _setup_process_group(
         RANK=str(rank),
         WORLD_SIZE=str(world_size),
         LOCAL_RANK=str(local_rank),
+        # As torchrun sets it; accelerate sizes its CPU threads by it.
+        LOCAL_WORLD_SIZE=str(local_world_size),
     )
     dist.init_process_group(
         backend=backend,
@@ -64,7 +67,16 @@ class TorchBackend(DataParallelBackend):
         await group.execute_each(
             _setup_process_group,
             [
-                (master_addr, master_port, m.world_rank, len(group), m.local_rank, backend, timeout_s)
+                (
+                    master_addr,
+                    master_port,
+                    m.world_rank,
+                    len(group),
+                    m.local_rank,
+                    m.local_world_size,
+                    backend,
+                    timeout_s,
+                )
                 for m in group.metas
             ],
         )
