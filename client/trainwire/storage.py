@@ -92,7 +92,11 @@ class Store:
         return self.path("runs", run_id, INDEX_NAME)
 
     def name_path(self, name: str) -> str:
-        return self.path("names", quote(name, safe="") + ".json")
+        quoted = quote(name, safe="")
+        if len(quoted) > 200:
+            # Quoting can triple a name's length; file names stop at 255 bytes.
+            quoted = "sha256-" + hashlib.sha256(name.encode()).hexdigest()
+        return self.path("names", quoted + ".json")
 
     def dataset_dir(self, sha256: str) -> str:
         return self.path("datasets", sha256)

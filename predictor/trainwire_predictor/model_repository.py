@@ -12,6 +12,7 @@ import asyncio
 import collections
 import importlib
 import logging
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -26,6 +27,9 @@ from trainwire.predictor import Predictor
 from trainwire.storage import MANIFEST_NAME, Store
 
 logger = logging.getLogger(__name__)
+
+_RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+_MAX_CACHED_NAMES = 10_000
 
 # Framework -> (module, class) of its Predictor, imported only when a model needs it.
 PREDICTORS: dict[str, tuple[str, str]] = {
@@ -192,8 +196,11 @@ class ModelRepository:
             return cached[1]
         entry = await self._read(self.store.name_path(name))
         run_id = entry.get("run_id") if isinstance(entry, dict) else None
-        if run_id is None and await self._index(name, refresh=True) is not None:
+        # Only a plain path component can be a run id: anything else must not reach a store path.
+        if run_id is None and _RUN_ID.match(name) and await self._index(name, refresh=True) is not None:
             run_id = name  # the name is a run id
+        if len(self._names) >= _MAX_CACHED_NAMES:
+            self._names.clear()  # callers choose names: keep the cache bounded
         self._names[name] = (time.monotonic(), run_id)
         return run_id
 

@@ -325,3 +325,11 @@ def test_an_uploaded_checkpoint_is_served_under_its_run_name(client, predictor_c
     client.upload_checkpoint(ckpt.path, "pred-uploaded")
     expected = XGBoostPredictor.from_checkpoint(ckpt).predict(valid_x)
     pd.testing.assert_frame_equal(predictor_client.predict("pred-uploaded", valid_x), expected)
+
+
+@pytest.mark.parametrize("name", ["\x00", "../pred-cancer", "a/b", "..", "x" * 300])
+def test_model_names_that_are_no_run_are_not_found(stub, name):
+    with pytest.raises(grpc.RpcError) as info:
+        stub.ModelInfer(pb.ModelInferRequest(model_name=name))
+    assert info.value.code() == grpc.StatusCode.NOT_FOUND
+    assert "not found" in info.value.details()
