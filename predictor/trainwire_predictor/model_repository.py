@@ -38,6 +38,7 @@ PREDICTORS: dict[str, tuple[str, str]] = {
     "sklearn": ("trainwire.sklearn.predictor", "SklearnPredictor"),
     "lightgbm": ("trainwire.lightgbm.predictor", "LightGBMPredictor"),
     "tensorflow": ("trainwire.tensorflow.predictor", "TensorflowPredictor"),
+    "rllib": ("trainwire.rllib.predictor", "RLPredictor"),
 }
 # Options for serving many small batches at once (results are the same).
 SERVING_KWARGS: dict[str, dict[str, Any]] = {"xgboost": {"nthread": 1}, "lightgbm": {"num_threads": 1}}

@@ -71,6 +71,18 @@ class SklearnSpec(_message.Message):
     parallelize_cv: int
     def __init__(self, pickled_estimator: _Optional[bytes] = ..., estimator_class: _Optional[str] = ..., estimator_params: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., label_column: _Optional[str] = ..., cv: _Optional[int] = ..., scoring: _Optional[_Iterable[str]] = ..., return_train_score_cv: _Optional[bool] = ..., parallelize_cv: _Optional[int] = ...) -> None: ...
 
+class RLSpec(_message.Message):
+    __slots__ = ("algorithm", "env", "config", "num_iterations")
+    ALGORITHM_FIELD_NUMBER: _ClassVar[int]
+    ENV_FIELD_NUMBER: _ClassVar[int]
+    CONFIG_FIELD_NUMBER: _ClassVar[int]
+    NUM_ITERATIONS_FIELD_NUMBER: _ClassVar[int]
+    algorithm: str
+    env: str
+    config: _struct_pb2.Struct
+    num_iterations: int
+    def __init__(self, algorithm: _Optional[str] = ..., env: _Optional[str] = ..., config: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., num_iterations: _Optional[int] = ...) -> None: ...
+
 class PreprocessorSpec(_message.Message):
     __slots__ = ("name", "params", "steps")
     NAME_FIELD_NUMBER: _ClassVar[int]
@@ -82,7 +94,7 @@ class PreprocessorSpec(_message.Message):
     def __init__(self, name: _Optional[str] = ..., params: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., steps: _Optional[_Iterable[_Union[PreprocessorSpec, _Mapping]]] = ...) -> None: ...
 
 class FitRequest(_message.Message):
-    __slots__ = ("framework", "scaling_config", "run_config", "datasets", "data_parallel", "gbdt", "sklearn", "resume_from_checkpoint", "pickled_preprocessor", "preprocessor", "idempotency_key", "metadata")
+    __slots__ = ("framework", "scaling_config", "run_config", "datasets", "data_parallel", "gbdt", "sklearn", "rl", "resume_from_checkpoint", "pickled_preprocessor", "preprocessor", "idempotency_key", "metadata")
     class DatasetsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -97,6 +109,7 @@ class FitRequest(_message.Message):
     DATA_PARALLEL_FIELD_NUMBER: _ClassVar[int]
     GBDT_FIELD_NUMBER: _ClassVar[int]
     SKLEARN_FIELD_NUMBER: _ClassVar[int]
+    RL_FIELD_NUMBER: _ClassVar[int]
     RESUME_FROM_CHECKPOINT_FIELD_NUMBER: _ClassVar[int]
     PICKLED_PREPROCESSOR_FIELD_NUMBER: _ClassVar[int]
     PREPROCESSOR_FIELD_NUMBER: _ClassVar[int]
@@ -109,12 +122,13 @@ class FitRequest(_message.Message):
     data_parallel: DataParallelSpec
     gbdt: GBDTSpec
     sklearn: SklearnSpec
+    rl: RLSpec
     resume_from_checkpoint: str
     pickled_preprocessor: bytes
     preprocessor: PreprocessorSpec
     idempotency_key: str
     metadata: _struct_pb2.Struct
-    def __init__(self, framework: _Optional[str] = ..., scaling_config: _Optional[_Union[_common_pb2.ScalingConfig, _Mapping]] = ..., run_config: _Optional[_Union[_common_pb2.RunConfig, _Mapping]] = ..., datasets: _Optional[_Mapping[str, DatasetRef]] = ..., data_parallel: _Optional[_Union[DataParallelSpec, _Mapping]] = ..., gbdt: _Optional[_Union[GBDTSpec, _Mapping]] = ..., sklearn: _Optional[_Union[SklearnSpec, _Mapping]] = ..., resume_from_checkpoint: _Optional[str] = ..., pickled_preprocessor: _Optional[bytes] = ..., preprocessor: _Optional[_Union[PreprocessorSpec, _Mapping]] = ..., idempotency_key: _Optional[str] = ..., metadata: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ...) -> None: ...
+    def __init__(self, framework: _Optional[str] = ..., scaling_config: _Optional[_Union[_common_pb2.ScalingConfig, _Mapping]] = ..., run_config: _Optional[_Union[_common_pb2.RunConfig, _Mapping]] = ..., datasets: _Optional[_Mapping[str, DatasetRef]] = ..., data_parallel: _Optional[_Union[DataParallelSpec, _Mapping]] = ..., gbdt: _Optional[_Union[GBDTSpec, _Mapping]] = ..., sklearn: _Optional[_Union[SklearnSpec, _Mapping]] = ..., rl: _Optional[_Union[RLSpec, _Mapping]] = ..., resume_from_checkpoint: _Optional[str] = ..., pickled_preprocessor: _Optional[bytes] = ..., preprocessor: _Optional[_Union[PreprocessorSpec, _Mapping]] = ..., idempotency_key: _Optional[str] = ..., metadata: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ...) -> None: ...
 
 class Run(_message.Message):
     __slots__ = ("run_id", "name", "state", "state_reason", "framework", "path", "latest_metrics", "latest_checkpoint", "best_checkpoints", "error", "num_failures", "created_at", "updated_at", "request")

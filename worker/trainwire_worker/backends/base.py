@@ -98,6 +98,7 @@ _REGISTRY = {
     "xgboost": "trainwire_worker.backends.xgboost:XGBoostBackend",
     "lightgbm": "trainwire_worker.backends.lightgbm:LightGBMBackend",
     "tensorflow": "trainwire_worker.backends.tensorflow:TensorflowBackend",
+    "rllib": "trainwire_worker.backends.rl:RLBackend",
     "sklearn": "trainwire_worker.backends.sklearn:SklearnBackend",
 }
 
