@@ -50,6 +50,13 @@ class Predictor:
         """Builds the predictor from a checkpoint (its model, preprocessor and metadata)."""
         raise NotImplementedError
 
+    @staticmethod
+    def checkpoint_defaults(checkpoint: Checkpoint, kwargs: dict[str, Any]) -> dict[str, Any]:
+        """``kwargs`` with the checkpoint's feature columns and preprocessor where the caller gave none."""
+        kwargs.setdefault("feature_columns", checkpoint.get_metadata().get("feature_columns"))
+        kwargs.setdefault("preprocessor", checkpoint.get_preprocessor())
+        return kwargs
+
     def get_preprocessor(self) -> Any:
         return self.preprocessor
 

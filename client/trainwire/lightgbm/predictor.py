@@ -38,9 +38,7 @@ class LightGBMPredictor(Predictor):
         from trainwire.lightgbm.trainer import LightGBMCheckpoint
 
         booster = LightGBMCheckpoint(checkpoint.path, checkpoint.filesystem).get_model()
-        kwargs.setdefault("feature_columns", checkpoint.get_metadata().get("feature_columns"))
-        kwargs.setdefault("preprocessor", checkpoint.get_preprocessor())
-        return cls(booster, **kwargs)
+        return cls(booster, **cls.checkpoint_defaults(checkpoint, kwargs))
 
     @property
     def model_columns(self) -> list[str] | None:

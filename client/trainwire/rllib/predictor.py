@@ -38,9 +38,7 @@ class RLPredictor(Predictor):
         from trainwire.rllib.trainer import DEFAULT_MODULE_ID, RLCheckpoint
 
         module = RLCheckpoint(checkpoint.path, checkpoint.filesystem).get_policy_module(module_id or DEFAULT_MODULE_ID)
-        kwargs.setdefault("feature_columns", checkpoint.get_metadata().get("feature_columns"))
-        kwargs.setdefault("preprocessor", checkpoint.get_preprocessor())
-        return cls(module, **kwargs)
+        return cls(module, **cls.checkpoint_defaults(checkpoint, kwargs))
 
     def _predict_numpy(self, data: np.ndarray, **kwargs: Any) -> np.ndarray:
         import torch

@@ -33,9 +33,7 @@ class SklearnPredictor(Predictor):
         from trainwire.sklearn.trainer import SklearnCheckpoint
 
         estimator = SklearnCheckpoint(checkpoint.path, checkpoint.filesystem).get_estimator()
-        kwargs.setdefault("feature_columns", checkpoint.get_metadata().get("feature_columns"))
-        kwargs.setdefault("preprocessor", checkpoint.get_preprocessor())
-        return cls(estimator, **kwargs)
+        return cls(estimator, **cls.checkpoint_defaults(checkpoint, kwargs))
 
     @property
     def model_columns(self) -> list[str] | None:

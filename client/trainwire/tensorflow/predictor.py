@@ -40,9 +40,7 @@ class TensorflowPredictor(Predictor):
         from trainwire.tensorflow.trainer import TensorflowCheckpoint
 
         model = TensorflowCheckpoint(checkpoint.path, checkpoint.filesystem).get_model()
-        kwargs.setdefault("feature_columns", checkpoint.get_metadata().get("feature_columns"))
-        kwargs.setdefault("preprocessor", checkpoint.get_preprocessor())
-        return cls(model, **kwargs)
+        return cls(model, **cls.checkpoint_defaults(checkpoint, kwargs))
 
     def _predict_numpy(self, data: np.ndarray, **kwargs: Any) -> np.ndarray:
         import tensorflow as tf

@@ -42,9 +42,7 @@ class TorchPredictor(Predictor):
         from trainwire.torch.checkpoint import TorchCheckpoint
 
         loaded = TorchCheckpoint(checkpoint.path, checkpoint.filesystem).get_model(model)
-        kwargs.setdefault("feature_columns", checkpoint.get_metadata().get("feature_columns"))
-        kwargs.setdefault("preprocessor", checkpoint.get_preprocessor())
-        return cls(loaded, **kwargs)
+        return cls(loaded, **cls.checkpoint_defaults(checkpoint, kwargs))
 
     def _predict_numpy(self, data: np.ndarray, **kwargs: Any) -> np.ndarray:
         import torch

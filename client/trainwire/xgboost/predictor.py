@@ -42,9 +42,7 @@ class XGBoostPredictor(Predictor):
         from trainwire.xgboost.trainer import XGBoostCheckpoint
 
         booster = XGBoostCheckpoint.get_model(checkpoint)
-        kwargs.setdefault("feature_columns", checkpoint.get_metadata().get("feature_columns"))
-        kwargs.setdefault("preprocessor", checkpoint.get_preprocessor())
-        return cls(booster, **kwargs)
+        return cls(booster, **cls.checkpoint_defaults(checkpoint, kwargs))
 
     @property
     def model_columns(self) -> list[str] | None:
