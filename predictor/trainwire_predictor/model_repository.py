@@ -164,13 +164,17 @@ class ModelRepository:
         self.cache_size = max(1, cache_size)
         self.index_refresh_s = index_refresh_s
         self.loader = loader
-        self.load_count = 0
         self.loads: collections.Counter[tuple[str, str]] = collections.Counter()
         self._cache: collections.OrderedDict[tuple[str, str], LoadedModel] = collections.OrderedDict()
         self._loading: dict[tuple[str, str], asyncio.Task[LoadedModel]] = {}
         self._names: dict[str, tuple[float, str | None]] = {}
         self._indexes: dict[str, tuple[float, dict[str, Any] | None]] = {}
         self._reads: dict[str, asyncio.Task[Any]] = {}
+
+    @property
+    def load_count(self) -> int:
+        """Checkpoint loads started so far, all models together."""
+        return sum(self.loads.values())
 
     # --- store reads ---------------------------------------------------------
     def _read_json_or_none(self, path: str) -> Any:
@@ -261,7 +265,6 @@ class ModelRepository:
         return await asyncio.shield(task)
 
     async def _load(self, name: str, ref: ModelRef) -> LoadedModel:
-        self.load_count += 1
         self.loads[ref.key] += 1
         started = time.monotonic()
         try:

@@ -53,9 +53,6 @@ class TrainWorker:
         """Runs ``fn(self, *args, **kwargs)`` here: how backends set a worker up."""
         return fn(self, *args, **kwargs)
 
-    def set_env(self, env: dict[str, str]) -> None:
-        os.environ.update(env)
-
     def run(
         self,
         request_bytes: bytes,
