@@ -7,7 +7,7 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pyarrow.fs as pafs
@@ -43,6 +43,16 @@ class Checkpoint:
     def from_directory(cls, path: str | os.PathLike) -> Checkpoint:
         """A checkpoint of a local directory (its files are not copied)."""
         return cls(os.path.abspath(os.fspath(path)), pafs.LocalFileSystem())
+
+    @classmethod
+    def from_new_directory(cls, prefix: str, write: Callable[[str], None], preprocessor: Any = None) -> Checkpoint:
+        """A checkpoint of a fresh local directory that ``write(path)`` fills, with an optional preprocessor."""
+        path = tempfile.mkdtemp(prefix=f"trainwire-{prefix}-")
+        write(path)
+        ckpt = cls.from_directory(path)
+        if preprocessor is not None:
+            ckpt.set_preprocessor(preprocessor)
+        return ckpt
 
     @classmethod
     def from_uri(cls, uri: str) -> Checkpoint:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import tempfile
 from typing import Any
 
 from trainwire.checkpoint import Checkpoint
@@ -17,12 +16,9 @@ class LightGBMCheckpoint(Checkpoint):
 
     @classmethod
     def from_model(cls, booster: Any, *, preprocessor: Any = None) -> LightGBMCheckpoint:
-        path = tempfile.mkdtemp(prefix="trainwire-lightgbm-")
-        booster.save_model(os.path.join(path, MODEL_FILENAME))
-        ckpt = cls.from_directory(path)
-        if preprocessor is not None:
-            ckpt.set_preprocessor(preprocessor)
-        return ckpt  # type: ignore[return-value]
+        return cls.from_new_directory(  # type: ignore[return-value]
+            "lightgbm", lambda path: booster.save_model(os.path.join(path, MODEL_FILENAME)), preprocessor
+        )
 
     def get_model(self) -> Any:
         import lightgbm

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -22,12 +21,10 @@ class TensorflowCheckpoint(Checkpoint):
     @classmethod
     def from_model(cls, model: Any, *, preprocessor: Any = None) -> TensorflowCheckpoint:
         """Saves ``model`` (architecture, weights, compile state) into a new local checkpoint."""
-        path = tempfile.mkdtemp(prefix="trainwire-tensorflow-")
-        model.save(os.path.join(path, MODEL_FILENAME))
-        ckpt = cls.from_directory(path)
+        ckpt = cls.from_new_directory(
+            "tensorflow", lambda path: model.save(os.path.join(path, MODEL_FILENAME)), preprocessor
+        )
         ckpt.update_metadata({"framework": "tensorflow", KERAS_KEY: _keras_package(model)})
-        if preprocessor is not None:
-            ckpt.set_preprocessor(preprocessor)
         return ckpt  # type: ignore[return-value]
 
     def get_model(self) -> Any:

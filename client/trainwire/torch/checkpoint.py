@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import tempfile
 from typing import Any
 
 from trainwire.checkpoint import Checkpoint
@@ -18,24 +17,17 @@ class TorchCheckpoint(Checkpoint):
     def from_state_dict(cls, state_dict: dict[str, Any], *, preprocessor: Any = None) -> TorchCheckpoint:
         import torch
 
-        path = tempfile.mkdtemp(prefix="trainwire-torch-")
-        torch.save(state_dict, os.path.join(path, MODEL_FILENAME))
-        return cls._with_preprocessor(path, preprocessor)
+        return cls.from_new_directory(  # type: ignore[return-value]
+            "torch", lambda path: torch.save(state_dict, os.path.join(path, MODEL_FILENAME)), preprocessor
+        )
 
     @classmethod
     def from_model(cls, model: Any, *, preprocessor: Any = None) -> TorchCheckpoint:
         import torch
 
-        path = tempfile.mkdtemp(prefix="trainwire-torch-")
-        torch.save(_unwrap(model), os.path.join(path, MODEL_FILENAME))
-        return cls._with_preprocessor(path, preprocessor)
-
-    @classmethod
-    def _with_preprocessor(cls, path: str, preprocessor: Any) -> TorchCheckpoint:
-        ckpt = cls.from_directory(path)
-        if preprocessor is not None:
-            ckpt.set_preprocessor(preprocessor)
-        return ckpt  # type: ignore[return-value]
+        return cls.from_new_directory(  # type: ignore[return-value]
+            "torch", lambda path: torch.save(_unwrap(model), os.path.join(path, MODEL_FILENAME)), preprocessor
+        )
 
     def get_model(self, model: Any = None) -> Any:
         """The saved model; with ``model`` given, a state dict is loaded into it."""

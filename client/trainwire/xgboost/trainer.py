@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import tempfile
 from typing import Any
 
 from trainwire.checkpoint import Checkpoint
@@ -19,12 +18,9 @@ class XGBoostCheckpoint(Checkpoint):
 
     @classmethod
     def from_model(cls, booster: Any, *, preprocessor: Any = None) -> XGBoostCheckpoint:
-        path = tempfile.mkdtemp(prefix="trainwire-xgboost-")
-        booster.save_model(os.path.join(path, MODEL_FILENAME))
-        ckpt = cls.from_directory(path)
-        if preprocessor is not None:
-            ckpt.set_preprocessor(preprocessor)
-        return ckpt  # type: ignore[return-value]
+        return cls.from_new_directory(  # type: ignore[return-value]
+            "xgboost", lambda path: booster.save_model(os.path.join(path, MODEL_FILENAME)), preprocessor
+        )
 
     @classmethod
     def get_model(cls_or_self, checkpoint: Checkpoint | None = None) -> Any:  # noqa: N805
