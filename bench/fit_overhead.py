@@ -122,14 +122,14 @@ def bench_trainwire(train_df: Any, valid_df: Any, rounds: int, repeats: int) -> 
     return cold, warm
 
 
-def bench_report(address: str, store_dir: str, calls: int) -> tuple[float, float, int]:
+def bench_report(address: str, secret: str, store_dir: str, calls: int) -> tuple[float, float, int]:
     """Mean and p99 ms of ``WorkerSession.report``; and how many reports the coordinator acked."""
     from trainwire.storage import Store
     from trainwire.train.context import TrainContext
     from trainwire_worker.report_client import ReportStreamClient
     from trainwire_worker.session import WorkerSession
 
-    client = ReportStreamClient(address)
+    client = ReportStreamClient(address, "bench", secret)
     context = TrainContext(
         run_id="bench",
         run_name="bench",
@@ -288,7 +288,9 @@ def main(argv: list[str] | None = None) -> int:
         tw, tw_warm = bench_trainwire(train_df, valid_df, args.rounds, args.repeats)
         rows += [tw, tw_warm]
         try:
-            report = bench_report(address, store_dir, args.report_calls)
+            report = bench_report(
+                address, coordinator.server.runs.report_secrets.secret_for("bench"), store_dir, args.report_calls
+            )
         except Exception:
             print(f"report benchmark failed:\n{traceback.format_exc()}", file=sys.stderr)
         if not args.skip_ray:

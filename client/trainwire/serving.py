@@ -13,6 +13,10 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+# Metadata of a worker's report stream: the run it reports for and that run's secret.
+REPORT_RUN_ID_METADATA = "x-trainwire-run-id"
+REPORT_SECRET_METADATA = "x-trainwire-report-secret"
+
 
 class Startable(Protocol):
     address: str

@@ -41,6 +41,8 @@ class ControllerDeps:
     save_run: Callable[[coordinator_pb2.Run], None]
     emit: Callable[[coordinator_pb2.RunEvent], Awaitable[int]]
     coordinator_address: Callable[[], str]
+    # The secret a run's workers present on their report streams.
+    report_secret: Callable[[str], str] = lambda run_id: ""
     pending_reason_after_s: float = 1.0
     pool: WorkerPool = field(default_factory=lambda: WorkerPool(0))
 
@@ -313,6 +315,7 @@ class RunController:
                 self.request.SerializeToString(),
                 context,
                 self.deps.coordinator_address(),
+                self.deps.report_secret(self.run.run_id),
                 self.deps.store.uri_of(self.deps.store.root),
                 start_from,
                 shard,

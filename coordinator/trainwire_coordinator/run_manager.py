@@ -31,6 +31,7 @@ from trainwire_coordinator.events import EventLog
 from trainwire_coordinator.failure_policy import FailurePolicy
 from trainwire_coordinator.metadata import MetadataStore, RunRecord
 from trainwire_coordinator.preprocessors import build_preprocessor
+from trainwire_coordinator.report_checks import ReportSecrets, check_report
 from trainwire_coordinator.worker_pool import WorkerPool
 from trainwire_worker.backends import get_backend
 
@@ -101,6 +102,7 @@ class RunManager:
         watch_poll_s: float = 1.0,
         pending_reason_after_s: float = 1.0,
         worker_pool_idle_s: float = 0.0,
+        report_key: str = "",
         policy_factory: Callable[[FailureConfig], FailurePolicy] = FailurePolicy,
     ) -> None:
         self.metadata = metadata
@@ -112,6 +114,7 @@ class RunManager:
         self.pending_reason_after_s = pending_reason_after_s
         self.policy_factory = policy_factory
         self.pool = WorkerPool(worker_pool_idle_s)
+        self.report_secrets = ReportSecrets(report_key)
         self.controllers: dict[str, RunController] = {}
 
     def recover(self) -> None:
@@ -207,6 +210,7 @@ class RunManager:
                 save_run=self._save,
                 emit=self.events.append,
                 coordinator_address=self.coordinator_address,
+                report_secret=self.report_secrets.secret_for,
                 pending_reason_after_s=self.pending_reason_after_s,
                 pool=self.pool,
             ),
@@ -280,7 +284,13 @@ class RunManager:
             return controller.run
         return run
 
-    async def on_worker_report(self, report: worker_reports_pb2.WorkerReport) -> None:
+    def authorize_reports(self, metadata: dict[str, str]) -> str:
+        """Checks a report stream's credentials; returns the run it may report for."""
+        return self.report_secrets.authorize(metadata)
+
+    async def on_worker_report(self, report: worker_reports_pb2.WorkerReport, run_id: str) -> None:
+        """Routes one report of a stream authorized for ``run_id``, once it is checked."""
+        check_report(report, run_id)
         controller = self.controllers.get(report.run_id)
         if controller is not None:
             await controller.on_report(report)

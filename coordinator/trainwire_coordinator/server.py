@@ -64,6 +64,7 @@ class CoordinatorServer:
             watch_poll_s=settings.watch_poll_s,
             pending_reason_after_s=settings.pending_reason_after_s,
             worker_pool_idle_s=settings.worker_pool_idle_s,
+            report_key=settings.report_key,
         )
         self.runs.recover()
         interceptors = [BearerTokenInterceptor(settings.auth_token)] if settings.auth_token else []

@@ -63,9 +63,10 @@ class WorkerReportsServicer(worker_reports_pb2_grpc.WorkerReportsServicer):
 
     @handle_errors
     async def ReportStream(self, request_iterator, context):  # type: ignore[no-untyped-def]
+        run_id = self.runs.authorize_reports(dict(context.invocation_metadata() or ()))
         count = 0
         async for report in request_iterator:
-            await self.runs.on_worker_report(report)
+            await self.runs.on_worker_report(report, run_id)
             count += 1
         return worker_reports_pb2.ReportStreamAck(reports_received=count)
 

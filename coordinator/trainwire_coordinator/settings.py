@@ -30,6 +30,10 @@ class CoordinatorSettings(BaseSettings):
     allow_pickled_code: bool = True
     # When set, every call must carry "authorization: Bearer <token>".
     auth_token: str = ""
+    # Key of the per-run secrets that workers present on their report streams. Empty: a
+    # random key per process. Set it (secretly) in deployments, so a restarted
+    # coordinator accepts the streams of workers that outlived its predecessor.
+    report_key: str = ""
     max_message_bytes: int = 64 * 1024 * 1024
     # How long a watcher waits before polling the metadata store again
     # (events written by another coordinator on the same Redis).

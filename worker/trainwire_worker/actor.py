@@ -58,6 +58,7 @@ class TrainWorker:
         request_bytes: bytes,
         context: TrainContext,
         coordinator_address: str,
+        report_secret: str,
         store_uri: str,
         checkpoint_uri: str,
         dataset_shards: dict[str, Any],
@@ -69,7 +70,7 @@ class TrainWorker:
         Every report has reached the coordinator when this returns.
         """
         request = coordinator_pb2.FitRequest.FromString(request_bytes)
-        reports = ReportStreamClient(coordinator_address)
+        reports = ReportStreamClient(coordinator_address, context.run_id, report_secret)
         reports.send(
             worker_reports_pb2.WorkerReport(
                 run_id=context.run_id,

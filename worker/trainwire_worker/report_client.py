@@ -11,6 +11,8 @@ import threading
 
 import grpc
 
+from trainwire.serving import REPORT_RUN_ID_METADATA as RUN_ID_METADATA
+from trainwire.serving import REPORT_SECRET_METADATA as SECRET_METADATA
 from trainwire.serving import message_size_options
 from trainwire.v1 import worker_reports_pb2, worker_reports_pb2_grpc
 
@@ -22,10 +24,13 @@ class ReportStreamClient:
 
     Args:
         address: The coordinator's ``host:port``.
+        run_id: The run these reports belong to.
+        secret: The run's report secret, given to its workers at start.
         max_message_bytes: Largest message to send.
     """
 
-    def __init__(self, address: str, max_message_bytes: int = 64 << 20) -> None:
+    def __init__(self, address: str, run_id: str, secret: str, max_message_bytes: int = 64 << 20) -> None:
+        self._metadata = ((RUN_ID_METADATA, run_id), (SECRET_METADATA, secret))
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._channel = grpc.insecure_channel(
             address,
@@ -43,7 +48,7 @@ class ReportStreamClient:
 
     def _pump(self) -> None:
         try:
-            self._ack = self._stub.ReportStream(self._messages(), wait_for_ready=True)
+            self._ack = self._stub.ReportStream(self._messages(), metadata=self._metadata, wait_for_ready=True)
         except BaseException as exc:  # noqa: BLE001 - surfaced by close()
             self._error = exc
 
