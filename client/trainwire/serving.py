@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import socket
 import threading
@@ -53,15 +54,42 @@ def advertised_address(host: str, port: int, node_ip: Callable[[], str] | None =
     return f"{host}:{port}"
 
 
+# SIGTERM must end a server within 10 s (what orchestrators wait before a kill), even
+# when its event loop is stuck: the rest of that time is the graceful stop's.
+STOP_DEADLINE_S = 8.0
+
+
+def _exit_after(deadline_s: float) -> None:
+    def force() -> None:
+        print(f"trainwire: still stopping {deadline_s:.0f} s after the signal; exiting now", flush=True)
+        os._exit(1)
+
+    timer = threading.Timer(deadline_s, force)
+    timer.daemon = True
+    timer.start()
+
+
 async def serve_until_signalled(
-    server: Startable, banner: str, on_stop: Callable[[], Awaitable[None] | None] | None = None
+    server: Startable,
+    banner: str,
+    on_stop: Callable[[], Awaitable[None] | None] | None = None,
+    stop_deadline_s: float = STOP_DEADLINE_S,
 ) -> None:
-    """Starts ``server``, prints ``<banner> listening on <address>``, stops on SIGTERM or SIGINT."""
+    """Starts ``server``, prints ``<banner> listening on <address>``, stops on SIGTERM or SIGINT.
+
+    The process exits at most ``stop_deadline_s`` after the signal, however busy it is.
+    """
     address = await server.start()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
+
+    def on_signal(signum: int, frame: Any) -> None:
+        # A plain handler, not loop.add_signal_handler: it runs even while the loop is blocked.
+        _exit_after(stop_deadline_s)
+        loop.call_soon_threadsafe(stop.set)
+
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+        signal.signal(sig, on_signal)
     print(f"{banner} listening on {address}", flush=True)
     try:
         await stop.wait()
