@@ -12,6 +12,7 @@ from typing import Any
 
 import pyarrow.fs as pafs
 
+from trainwire.manifest import verify_checkpoint
 from trainwire.storage import Store, resolve
 
 METADATA_NAME = ".metadata.json"
@@ -38,6 +39,8 @@ class Checkpoint:
             filesystem, path = resolve(path)
         self.filesystem = filesystem
         self.path = path
+        # Set by whoever checked the files against the manifest already (the predictor).
+        self._verified = False
 
     @classmethod
     def from_directory(cls, path: str | os.PathLike) -> Checkpoint:
@@ -66,21 +69,44 @@ class Checkpoint:
     def _store(self) -> Store:
         return Store.for_filesystem(self.filesystem, self.path)
 
+    def _verify_local(self, directory: str) -> None:
+        """Checks a local copy of the files against the manifest, if the checkpoint has one."""
+        if not self._verified:
+            store = Store.for_filesystem(pafs.LocalFileSystem(), os.path.abspath(directory))
+            verify_checkpoint(store, store.root, label=self.uri)
+
     def to_directory(self, path: str | os.PathLike | None = None) -> str:
-        """Copies the checkpoint's files into a local directory and returns its path."""
+        """Copies the checkpoint's files into a local directory and returns its path.
+
+        Raises:
+            DataLossError: A file does not match the checkpoint's manifest (size
+                or sha256); the message names the file.
+        """
         target = os.fspath(path) if path is not None else tempfile.mkdtemp(prefix="trainwire-checkpoint-")
         if self.is_local and os.path.abspath(target) == os.path.abspath(self.path):
+            self._verify_local(target)
             return target
-        if self.is_local:
-            shutil.copytree(self.path, target, dirs_exist_ok=True)
-        else:
-            self._store.download_dir(self.path, target)
+        try:
+            if self.is_local:
+                shutil.copytree(self.path, target, dirs_exist_ok=True)
+            else:
+                self._store.download_dir(self.path, target)
+            self._verify_local(target)
+        except BaseException:
+            if path is None:
+                shutil.rmtree(target, ignore_errors=True)
+            raise
         return target
 
     @contextlib.contextmanager
     def as_directory(self) -> Iterator[str]:
-        """Yields a local directory with the files (the checkpoint's own when local)."""
+        """Yields a local directory with the files (the checkpoint's own when local).
+
+        Raises:
+            DataLossError: A file does not match the checkpoint's manifest.
+        """
         if self.is_local:
+            self._verify_local(self.path)
             yield self.path
             return
         tmp = self.to_directory()

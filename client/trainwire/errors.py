@@ -72,6 +72,12 @@ class UnavailableError(TrainwireError):
     code = grpc.StatusCode.UNAVAILABLE
 
 
+class DataLossError(TrainwireError):
+    """Stored data is corrupt: e.g. a checkpoint file that does not match its manifest."""
+
+    code = grpc.StatusCode.DATA_LOSS
+
+
 class FrameworkNotInstalledError(FailedPreconditionError):
     """A framework package is missing where it is needed."""
 
@@ -101,6 +107,7 @@ _BY_CODE: dict[grpc.StatusCode, type[TrainwireError]] = {
         UnauthenticatedError,
         PermissionDeniedError,
         UnavailableError,
+        DataLossError,
     )
 }
 

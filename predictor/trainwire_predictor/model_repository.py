@@ -3,7 +3,8 @@
 The shared store's committed index (``runs/<id>/checkpoints.json``) is the only
 source of truth, so any number of predictors can serve one store without
 talking to each other. Checkpoints are immutable: a loaded model is cached by
-(run id, checkpoint id) and never re-read.
+(run id, checkpoint id) and never re-read. Before its first load a checkpoint's
+files are checked against its manifest (size, sha256), once per process.
 """
 
 from __future__ import annotations
@@ -21,8 +22,9 @@ from typing import Any
 import numpy as np
 
 from trainwire.checkpoint import Checkpoint
-from trainwire.errors import FailedPreconditionError, NotFoundError, TrainwireError
+from trainwire.errors import DataLossError, FailedPreconditionError, NotFoundError, TrainwireError
 from trainwire.inference.codec import NUMERIC, datatype_of
+from trainwire.manifest import verify_checkpoint
 from trainwire.predictor import Predictor
 from trainwire.storage import MANIFEST_NAME, Store
 
@@ -110,7 +112,11 @@ def detect_framework(store: Store, directory: str) -> str:
 
 
 def load_predictor(store: Store, run_id: str, checkpoint_id: str) -> tuple[str, Predictor]:
-    """Loads one committed checkpoint with its framework's Predictor (blocking)."""
+    """Loads one committed checkpoint with its framework's Predictor (blocking).
+
+    The caller has checked the files against the manifest (``ModelRepository``
+    does, once per checkpoint), so the Predictor does not hash them again.
+    """
     directory = store.checkpoint_dir(run_id, checkpoint_id)
     framework = detect_framework(store, directory)
     if framework not in PREDICTORS:
@@ -120,7 +126,9 @@ def load_predictor(store: Store, run_id: str, checkpoint_id: str) -> tuple[str, 
     module, cls_name = PREDICTORS[framework]
     predictor_cls = getattr(importlib.import_module(module), cls_name)
     kwargs = SERVING_KWARGS.get(framework, {})
-    return framework, predictor_cls.from_checkpoint(Checkpoint(store.uri_of(directory)), **kwargs)
+    checkpoint = Checkpoint(store.uri_of(directory))
+    checkpoint._verified = True
+    return framework, predictor_cls.from_checkpoint(checkpoint, **kwargs)
 
 
 def describe(predictor: Predictor) -> tuple[list[TensorSpec], list[TensorSpec]]:
@@ -165,6 +173,10 @@ class ModelRepository:
         self.index_refresh_s = index_refresh_s
         self.loader = loader
         self.loads: collections.Counter[tuple[str, str]] = collections.Counter()
+        self.verifications: collections.Counter[tuple[str, str]] = collections.Counter()
+        # Manifest checks, once per checkpoint: passed, or the mismatch found (checkpoints are immutable).
+        self._verified: set[tuple[str, str]] = set()
+        self._corrupt: dict[tuple[str, str], DataLossError] = {}
         self._cache: collections.OrderedDict[tuple[str, str], LoadedModel] = collections.OrderedDict()
         self._loading: dict[tuple[str, str], asyncio.Task[LoadedModel]] = {}
         self._names: dict[str, tuple[float, str | None]] = {}
@@ -250,6 +262,22 @@ class ModelRepository:
         return ModelRef(run_id, index.get("run_name", ""), version, tuple(ids))
 
     # --- loading -----------------------------------------------------------
+    def _verify(self, ref: ModelRef) -> None:
+        """Checks a checkpoint's files against its manifest, at most once per checkpoint (blocking)."""
+        if ref.key in self._verified:
+            return
+        if ref.key in self._corrupt:
+            raise self._corrupt[ref.key]
+        self.verifications[ref.key] += 1
+        directory = self.store.checkpoint_dir(ref.run_id, ref.checkpoint_id)
+        try:
+            verify_checkpoint(self.store, directory, label=f"{ref.run_id}/{ref.checkpoint_id}")
+        except DataLossError as exc:
+            logger.error("checkpoint %s/%s is corrupt: %s", ref.run_id, ref.checkpoint_id, exc)
+            self._corrupt[ref.key] = exc
+            raise
+        self._verified.add(ref.key)
+
     async def get(self, name: str, version: str = "") -> LoadedModel:
         """The loaded model for a name and version; loads it once, however many ask at a time."""
         ref = await self.resolve(name, version)
@@ -268,6 +296,7 @@ class ModelRepository:
         self.loads[ref.key] += 1
         started = time.monotonic()
         try:
+            await asyncio.to_thread(self._verify, ref)
             framework, predictor = await asyncio.to_thread(self.loader, self.store, ref.run_id, ref.checkpoint_id)
             inputs, outputs = await asyncio.to_thread(describe, predictor)
         except TrainwireError as exc:
