@@ -15,6 +15,7 @@ import pyarrow as pa
 from trainwire.errors import NotFoundError
 from trainwire.grpc_status import from_rpc_error
 from trainwire.serving import message_size_options
+from trainwire.tls import ClientTLS, open_channel
 from trainwire.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc
 
 UPLOAD_CHUNK_BYTES = 1 << 20
@@ -36,13 +37,18 @@ class CoordinatorClient:
         max_message_bytes: Largest message to send or receive.
     """
 
-    def __init__(self, address: str, token: str | None = None, max_message_bytes: int = 64 << 20) -> None:
+    def __init__(
+        self,
+        address: str,
+        token: str | None = None,
+        max_message_bytes: int = 64 << 20,
+        *,
+        tls: ClientTLS | None = None,
+    ) -> None:
         self.address = address
         self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
-        self.channel = grpc.insecure_channel(
-            address,
-            options=message_size_options(max_message_bytes),
-        )
+        tls = tls if tls is not None else ClientTLS.from_files()
+        self.channel = open_channel(address, message_size_options(max_message_bytes), tls)
         self.stub = coordinator_pb2_grpc.CoordinatorStub(self.channel)
 
     def _call(self, method: str, request: object, **kwargs: object) -> object:

@@ -21,6 +21,7 @@ from trainwire.inference import grpc_service_pb2_grpc as pb_grpc
 from trainwire.inference.codec import datatype_of, from_contents, from_raw, to_raw
 from trainwire.predictor import DataBatch
 from trainwire.serving import message_size_options
+from trainwire.tls import ClientTLS, open_channel
 
 # Name of the single tensor a 2-D numpy array is sent as.
 MATRIX_INPUT = "input"
@@ -79,13 +80,18 @@ class PredictorClient:
         max_message_bytes: Largest message to send or receive.
     """
 
-    def __init__(self, address: str, *, timeout_s: float = 60.0, max_message_bytes: int = 64 << 20) -> None:
+    def __init__(
+        self,
+        address: str,
+        *,
+        timeout_s: float = 60.0,
+        max_message_bytes: int = 64 << 20,
+        tls: ClientTLS | None = None,
+    ) -> None:
         self.address = address
         self.timeout_s = timeout_s
-        self.channel = grpc.insecure_channel(
-            address,
-            options=message_size_options(max_message_bytes),
-        )
+        tls = tls if tls is not None else ClientTLS.from_files()
+        self.channel = open_channel(address, message_size_options(max_message_bytes), tls)
         self.stub = pb_grpc.GRPCInferenceServiceStub(self.channel)
 
     def _call(self, method: str, request: Any) -> Any:

@@ -17,6 +17,7 @@ from ray.util.placement_group import placement_group, remove_placement_group
 from trainwire.errors import require_installed
 from trainwire.storage import Store
 from trainwire.structs import struct_to_dict
+from trainwire.tls import ClientTLS
 from trainwire.train.context import TrainContext
 from trainwire.v1 import common_pb2, coordinator_pb2, worker_reports_pb2
 from trainwire_coordinator.checkpoint_manager import CheckpointManager, flatten_metrics
@@ -43,6 +44,8 @@ class ControllerDeps:
     coordinator_address: Callable[[], str]
     # The secret a run's workers present on their report streams.
     report_secret: Callable[[str], str] = lambda run_id: ""
+    # How workers verify the coordinator on their report streams (None: plaintext).
+    report_tls: ClientTLS | None = None
     pending_reason_after_s: float = 1.0
     pool: WorkerPool = field(default_factory=lambda: WorkerPool(0))
 
@@ -236,6 +239,11 @@ class RunController:
         """Runs one worker group to its end; returns the first worker error, if any."""
         self._pending.clear()
         try:
+            if self._preprocessor is None and (self.request.pickled_preprocessor or self.request.HasField("preprocessor")):
+                # Before the reservation, as Ray Train's driver does: the fit's Ray Data tasks
+                # need CPUs that the run's placement group (or idle warm groups) would hold.
+                self.deps.pool.evict_all()
+                await asyncio.to_thread(self._fit_preprocessor)
             started = await self._start_group()
         except Exception as exc:  # noqa: BLE001 - a group that cannot start is a failed attempt
             return None if self._cancel_requested else _error_from_exception(0, self.attempt, exc)
@@ -316,6 +324,7 @@ class RunController:
                 context,
                 self.deps.coordinator_address(),
                 self.deps.report_secret(self.run.run_id),
+                self.deps.report_tls,
                 self.deps.store.uri_of(self.deps.store.root),
                 start_from,
                 shard,

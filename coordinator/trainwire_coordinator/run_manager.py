@@ -22,6 +22,7 @@ from trainwire.errors import (
     ResourceExhaustedError,
 )
 from trainwire.storage import Store
+from trainwire.tls import ClientTLS
 from trainwire.v1 import common_pb2, coordinator_pb2, worker_reports_pb2
 from trainwire_coordinator.checkpoint_manager import CheckpointManager
 from trainwire_coordinator.checkpoint_uploads import receive_checkpoint
@@ -103,6 +104,7 @@ class RunManager:
         pending_reason_after_s: float = 1.0,
         worker_pool_idle_s: float = 0.0,
         report_key: str = "",
+        report_tls: ClientTLS | None = None,
         policy_factory: Callable[[FailureConfig], FailurePolicy] = FailurePolicy,
     ) -> None:
         self.metadata = metadata
@@ -115,6 +117,7 @@ class RunManager:
         self.policy_factory = policy_factory
         self.pool = WorkerPool(worker_pool_idle_s)
         self.report_secrets = ReportSecrets(report_key)
+        self.report_tls = report_tls
         self.controllers: dict[str, RunController] = {}
 
     def recover(self) -> None:
@@ -211,6 +214,7 @@ class RunManager:
                 emit=self.events.append,
                 coordinator_address=self.coordinator_address,
                 report_secret=self.report_secrets.secret_for,
+                report_tls=self.report_tls,
                 pending_reason_after_s=self.pending_reason_after_s,
                 pool=self.pool,
             ),

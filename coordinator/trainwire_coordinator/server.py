@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from pathlib import Path
 
 import grpc
 import ray
@@ -17,6 +18,7 @@ from trainwire.serving import (
     serve_until_signalled,
 )
 from trainwire.storage import Store
+from trainwire.tls import ClientTLS, add_port, add_tls_arguments
 from trainwire.v1 import coordinator_pb2, coordinator_pb2_grpc, worker_reports_pb2, worker_reports_pb2_grpc
 from trainwire_coordinator.datasets import DatasetService
 from trainwire_coordinator.metadata import open_metadata_store
@@ -65,6 +67,7 @@ class CoordinatorServer:
             pending_reason_after_s=settings.pending_reason_after_s,
             worker_pool_idle_s=settings.worker_pool_idle_s,
             report_key=settings.report_key,
+            report_tls=report_tls(settings),
         )
         self.runs.recover()
         interceptors = [BearerTokenInterceptor(settings.auth_token)] if settings.auth_token else []
@@ -74,7 +77,9 @@ class CoordinatorServer:
         coordinator_pb2_grpc.add_CoordinatorServicer_to_server(CoordinatorServicer(self.runs), self.server)
         worker_reports_pb2_grpc.add_WorkerReportsServicer_to_server(WorkerReportsServicer(self.runs), self.server)
         health_servicer = add_health_and_reflection(self.server, SERVICE_NAMES)
-        port = self.server.add_insecure_port(f"{settings.host}:{settings.port}")
+        port = add_port(
+            self.server, f"{settings.host}:{settings.port}", settings.tls_cert, settings.tls_key, settings.tls_client_ca
+        )
         await self.server.start()
         await mark_serving(health_servicer, SERVICE_NAMES)
         self.address = advertised_address(settings.host, port, ray.util.get_node_ip_address)
@@ -87,6 +92,18 @@ class CoordinatorServer:
             await self.server.stop(grace_s)
         if self.runs is not None:
             self.runs.metadata.close()
+
+
+def report_tls(settings: CoordinatorSettings) -> ClientTLS | None:
+    """How workers verify this coordinator; under mutual TLS they present its own certificate."""
+    if not settings.tls_cert:
+        return None
+    mutual = bool(settings.tls_client_ca)
+    return ClientTLS(
+        ca=Path(settings.tls_ca or settings.tls_cert).read_bytes(),
+        cert=Path(settings.tls_cert).read_bytes() if mutual else b"",
+        key=Path(settings.tls_key).read_bytes() if mutual else b"",
+    )
 
 
 class CoordinatorThread(ServerThread):
@@ -106,6 +123,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--state", help="metadata store: SQLite path or redis:// URL")
     parser.add_argument("--ray-address", help="Ray cluster to join; default: start a local one")
     parser.add_argument("--ray-num-cpus", type=int)
+    add_tls_arguments(parser)
     args = parser.parse_args(argv)
     overrides = {k: v for k, v in vars(args).items() if v is not None}
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -34,6 +34,13 @@ class CoordinatorSettings(BaseSettings):
     # random key per process. Set it (secretly) in deployments, so a restarted
     # coordinator accepts the streams of workers that outlived its predecessor.
     report_key: str = ""
+    # TLS: PEM paths of the server's certificate chain and key; with a client CA, mutual TLS.
+    tls_cert: str = ""
+    tls_key: str = ""
+    tls_client_ca: str = ""
+    # The CA that verifies this coordinator's certificate, given to workers for their report
+    # streams; empty: they trust tls_cert itself (a self-signed certificate).
+    tls_ca: str = ""
     max_message_bytes: int = 64 * 1024 * 1024
     # How long a watcher waits before polling the metadata store again
     # (events written by another coordinator on the same Redis).

@@ -18,6 +18,7 @@ from trainwire.serving import (
     serve_until_signalled,
 )
 from trainwire.storage import Store
+from trainwire.tls import add_port, add_tls_arguments
 from trainwire_predictor.batching import Batcher
 from trainwire_predictor.model_repository import ModelRepository
 from trainwire_predictor.servicer import InferenceServicer
@@ -51,7 +52,9 @@ class PredictorServer:
             InferenceServicer(self.models, Batcher(self.executor)), self.server
         )
         health_servicer = add_health_and_reflection(self.server, (SERVICE_NAME,))
-        port = self.server.add_insecure_port(f"{settings.host}:{settings.port}")
+        port = add_port(
+            self.server, f"{settings.host}:{settings.port}", settings.tls_cert, settings.tls_key, settings.tls_client_ca
+        )
         await self.server.start()
         await mark_serving(health_servicer, (SERVICE_NAME,))
         self.address = advertised_address(settings.host, port)
@@ -90,6 +93,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--model-cache-size", type=int, help="loaded checkpoints kept in memory")
     parser.add_argument("--worker-threads", type=int, help="threads running model compute")
     parser.add_argument("--index-refresh-s", type=float, help="how often a run's checkpoint index is re-read")
+    add_tls_arguments(parser)
     args = parser.parse_args(argv)
     overrides = {k: v for k, v in vars(args).items() if v is not None}
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -21,6 +21,10 @@ class PredictorSettings(BaseSettings):
     port: int = 8001
     # Shared store URI (file://, s3://) or a local path; the same the coordinator writes.
     store: str = default_store()
+    # TLS: PEM paths of the server's certificate chain and key; with a client CA, mutual TLS.
+    tls_cert: str = ""
+    tls_key: str = ""
+    tls_client_ca: str = ""
     max_message_bytes: int = 64 * 1024 * 1024
     # Loaded checkpoints kept in memory (least recently used dropped first).
     model_cache_size: int = 16

@@ -10,6 +10,7 @@ from typing import Any
 
 from trainwire.checkpoint import Checkpoint
 from trainwire.storage import Store
+from trainwire.tls import ClientTLS
 from trainwire.train.context import TrainContext, set_session
 from trainwire.v1 import common_pb2, coordinator_pb2, worker_reports_pb2
 from trainwire_worker.report_client import ReportStreamClient
@@ -59,6 +60,7 @@ class TrainWorker:
         context: TrainContext,
         coordinator_address: str,
         report_secret: str,
+        report_tls: ClientTLS | None,
         store_uri: str,
         checkpoint_uri: str,
         dataset_shards: dict[str, Any],
@@ -70,7 +72,7 @@ class TrainWorker:
         Every report has reached the coordinator when this returns.
         """
         request = coordinator_pb2.FitRequest.FromString(request_bytes)
-        reports = ReportStreamClient(coordinator_address, context.run_id, report_secret)
+        reports = ReportStreamClient(coordinator_address, context.run_id, report_secret, tls=report_tls)
         reports.send(
             worker_reports_pb2.WorkerReport(
                 run_id=context.run_id,

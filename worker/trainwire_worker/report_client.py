@@ -9,11 +9,10 @@ from __future__ import annotations
 import queue
 import threading
 
-import grpc
-
 from trainwire.serving import REPORT_RUN_ID_METADATA as RUN_ID_METADATA
 from trainwire.serving import REPORT_SECRET_METADATA as SECRET_METADATA
 from trainwire.serving import message_size_options
+from trainwire.tls import ClientTLS, open_channel
 from trainwire.v1 import worker_reports_pb2, worker_reports_pb2_grpc
 
 _CLOSE = object()
@@ -27,15 +26,21 @@ class ReportStreamClient:
         run_id: The run these reports belong to.
         secret: The run's report secret, given to its workers at start.
         max_message_bytes: Largest message to send.
+        tls: How to verify the coordinator (None: plaintext).
     """
 
-    def __init__(self, address: str, run_id: str, secret: str, max_message_bytes: int = 64 << 20) -> None:
+    def __init__(
+        self,
+        address: str,
+        run_id: str,
+        secret: str,
+        max_message_bytes: int = 64 << 20,
+        *,
+        tls: ClientTLS | None = None,
+    ) -> None:
         self._metadata = ((RUN_ID_METADATA, run_id), (SECRET_METADATA, secret))
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
-        self._channel = grpc.insecure_channel(
-            address,
-            options=message_size_options(max_message_bytes),
-        )
+        self._channel = open_channel(address, message_size_options(max_message_bytes), tls)
         self._stub = worker_reports_pb2_grpc.WorkerReportsStub(self._channel)
         self._ack: worker_reports_pb2.ReportStreamAck | None = None
         self._error: BaseException | None = None
