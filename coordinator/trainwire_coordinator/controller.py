@@ -239,7 +239,9 @@ class RunController:
         """Runs one worker group to its end; returns the first worker error, if any."""
         self._pending.clear()
         try:
-            if self._preprocessor is None and (self.request.pickled_preprocessor or self.request.HasField("preprocessor")):
+            if self._preprocessor is None and (
+                self.request.pickled_preprocessor or self.request.HasField("preprocessor")
+            ):
                 # Before the reservation, as Ray Train's driver does: the fit's Ray Data tasks
                 # need CPUs that the run's placement group (or idle warm groups) would hold.
                 self.deps.pool.evict_all()
