@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import posixpath
 
 import pyarrow.fs as pafs
 
 from trainwire.errors import DataLossError
-from trainwire.storage import MANIFEST_NAME, ManifestEntry, Store
+from trainwire.storage import MANIFEST_NAME, ManifestEntry, Store, is_relative_path
 
 _CHUNK = 1 << 20
 
@@ -36,8 +35,7 @@ def read_manifest(store: Store, directory: str, label: str = "") -> list[Manifes
         raise DataLossError(f"checkpoint {label}: file {MANIFEST_NAME!r} is not a valid manifest: {exc}") from exc
     for entry in entries:
         # The manifest names files inside the checkpoint only.
-        norm = posixpath.normpath(entry.path)
-        if entry.path.startswith("/") or norm != entry.path or norm == ".." or norm.startswith("../"):
+        if not is_relative_path(entry.path):
             raise DataLossError(f"checkpoint {label}: file {MANIFEST_NAME!r} lists a bad path {entry.path!r}")
     return entries
 

@@ -14,6 +14,7 @@ import hashlib
 import json
 import os
 import posixpath
+import re
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +28,25 @@ from trainwire.errors import InvalidArgumentError, NotFoundError
 MANIFEST_NAME = "manifest.json"
 INDEX_NAME = "checkpoints.json"
 _CHUNK = 1 << 20
+
+# A plain path component: no separators, no "." or "..", nothing a filesystem treats specially.
+_COMPONENT = re.compile(r"^(?!\.{1,2}$)[A-Za-z0-9._-]{1,128}$")
+_MAX_RELATIVE_PATH = 1024
+
+
+def is_path_component(value: str) -> bool:
+    """True when ``value`` (from the network) can name one store entry and nothing else."""
+    return bool(_COMPONENT.match(value))
+
+
+def is_relative_path(value: str) -> bool:
+    """True when ``value`` names a file below a directory: no "..", no absolute or empty parts."""
+    parts = value.split("/")
+    return (
+        0 < len(value) <= _MAX_RELATIVE_PATH
+        and all(p and p not in (".", "..") and p.isprintable() for p in parts)
+        and not any(c in value for c in "\\\x00")
+    )
 
 
 @dataclass(frozen=True)

@@ -239,9 +239,7 @@ class RunController:
         """Runs one worker group to its end; returns the first worker error, if any."""
         self._pending.clear()
         try:
-            if self._preprocessor is None and (
-                self.request.pickled_preprocessor or self.request.HasField("preprocessor")
-            ):
+            if self._preprocessor_unfitted():
                 # Before the reservation, as Ray Train's driver does: the fit's Ray Data tasks
                 # need CPUs that the run's placement group (or idle warm groups) would hold.
                 self.deps.pool.evict_all()
@@ -275,9 +273,14 @@ class RunController:
                 group.shutdown(graceful=clean)
                 remove_placement_group(pg)
 
+    def _preprocessor_unfitted(self) -> bool:
+        return self._preprocessor is None and bool(
+            self.request.pickled_preprocessor or self.request.HasField("preprocessor")
+        )
+
     def _fit_preprocessor(self) -> Any:
         """Fits the run's preprocessor on the train dataset once per run (as Ray Train's driver does)."""
-        if self._preprocessor is None and (self.request.pickled_preprocessor or self.request.HasField("preprocessor")):
+        if self._preprocessor_unfitted():
             import cloudpickle
 
             if self.request.pickled_preprocessor:

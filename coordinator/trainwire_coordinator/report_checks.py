@@ -16,29 +16,10 @@ import secrets
 from trainwire.errors import InvalidArgumentError, PermissionDeniedError, UnauthenticatedError
 from trainwire.serving import REPORT_RUN_ID_METADATA as RUN_ID_METADATA
 from trainwire.serving import REPORT_SECRET_METADATA as SECRET_METADATA
+from trainwire.storage import is_path_component, is_relative_path
 from trainwire.v1 import worker_reports_pb2
 
-# A plain path component: no separators, no "." or "..", nothing a filesystem treats specially.
-_COMPONENT = re.compile(r"^(?!\.{1,2}$)[A-Za-z0-9._-]{1,128}$")
-_MAX_FILE_PATH = 1024
-
-
-def is_path_component(value: str) -> bool:
-    """True when ``value`` can name one directory entry in the store and nothing else."""
-    return bool(_COMPONENT.match(value))
-
-
-def check_relative_path(value: str, field: str) -> None:
-    """Refuses a checkpoint file path that could leave the checkpoint's directory.
-
-    Raises:
-        InvalidArgumentError: naming ``field``.
-    """
-    parts = value.split("/")
-    if not value or len(value) > _MAX_FILE_PATH or not all(p and p not in (".", "..") for p in parts):
-        raise InvalidArgumentError(f"{field} must be a relative path inside the checkpoint, got {value!r}", field=field)
-    if any(c in value for c in "\\\x00") or any(not p.isprintable() for p in parts):
-        raise InvalidArgumentError(f"{field} has a character not allowed in a store path: {value!r}", field=field)
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 class ReportSecrets:
@@ -94,11 +75,15 @@ def check_report(report: worker_reports_pb2.WorkerReport, run_id: str) -> None:
     if msg.files and not msg.checkpoint_id:
         raise InvalidArgumentError("report.files needs a report.checkpoint_id", field="report.files")
     for i, f in enumerate(msg.files):
-        check_relative_path(f.path, f"report.files[{i}].path")
+        if not is_relative_path(f.path):
+            field = f"report.files[{i}].path"
+            raise InvalidArgumentError(
+                f"{field} must be a relative path inside the checkpoint, got {f.path!r}", field=field
+            )
         if f.size_bytes < 0:
             field = f"report.files[{i}].size_bytes"
             raise InvalidArgumentError(f"{field} must be >= 0", field=field)
-        if not re.fullmatch(r"[0-9a-f]{64}", f.sha256):
+        if not _SHA256.fullmatch(f.sha256):
             raise InvalidArgumentError(
                 f"report.files[{i}].sha256 must be 64 lowercase hex digits", field=f"report.files[{i}].sha256"
             )
