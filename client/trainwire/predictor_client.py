@@ -78,6 +78,8 @@ class PredictorClient:
         address: ``host:port`` of the predictor.
         timeout_s: Deadline of each unary call.
         max_message_bytes: Largest message to send or receive.
+        tls: What to trust and present (default: the ``TRAINWIRE_TLS_*`` environment, else plaintext).
+        token: Bearer token, when the predictor requires one (its ``auth_token``).
     """
 
     def __init__(
@@ -87,16 +89,18 @@ class PredictorClient:
         timeout_s: float = 60.0,
         max_message_bytes: int = 64 << 20,
         tls: ClientTLS | None = None,
+        token: str | None = None,
     ) -> None:
         self.address = address
         self.timeout_s = timeout_s
+        self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
         tls = tls if tls is not None else ClientTLS.from_files()
         self.channel = open_channel(address, message_size_options(max_message_bytes), tls)
         self.stub = pb_grpc.GRPCInferenceServiceStub(self.channel)
 
     def _call(self, method: str, request: Any) -> Any:
         try:
-            return getattr(self.stub, method)(request, timeout=self.timeout_s)
+            return getattr(self.stub, method)(request, timeout=self.timeout_s, metadata=self._metadata)
         except grpc.RpcError as err:
             raise from_rpc_error(err) from None
 
@@ -115,7 +119,7 @@ class PredictorClient:
         counter = itertools.count()
         requests = (encode_request(model, b, version, str(next(counter))) for b in batches)
         try:
-            for response in self.stub.ModelStreamInfer(requests):
+            for response in self.stub.ModelStreamInfer(requests, metadata=self._metadata):
                 if response.error_message:
                     err = _stream_error(response)
                     if raise_errors:
@@ -160,6 +164,7 @@ def _read_table(path: str) -> pd.DataFrame:
 def predict_main(argv: list[str] | None = None) -> int:
     """``trainwire predict``: scores a CSV or Parquet file with a served model."""
     import argparse
+    import os
     import sys
 
     parser = argparse.ArgumentParser(prog="trainwire predict", description="Score a file with a served model.")
@@ -168,10 +173,15 @@ def predict_main(argv: list[str] | None = None) -> int:
     parser.add_argument("--version", default="", help="checkpoint id (default: the run's best, else latest)")
     parser.add_argument("--input", required=True, help="a .csv or .parquet file of input rows")
     parser.add_argument("--output", help="write predictions to this .csv (default: stdout)")
+    parser.add_argument(
+        "--token",
+        default=os.environ.get("TRAINWIRE_PREDICTOR_TOKEN"),
+        help="bearer token of a predictor that needs one",
+    )
     args = parser.parse_args(argv)
     frame = _read_table(args.input)
     try:
-        with PredictorClient(args.address) as client:
+        with PredictorClient(args.address, token=args.token) as client:
             out = client.predict(args.model, frame, version=args.version)
     except TrainwireError as err:
         field = f" ({err.field})" if err.field else ""

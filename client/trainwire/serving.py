@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import hmac
 import os
 import signal
 import socket
@@ -17,6 +18,57 @@ from grpc_reflection.v1alpha import reflection
 # Metadata of a worker's report stream: the run it reports for and that run's secret.
 REPORT_RUN_ID_METADATA = "x-trainwire-run-id"
 REPORT_SECRET_METADATA = "x-trainwire-report-secret"
+
+
+class BearerTokenInterceptor(grpc.aio.ServerInterceptor):
+    """Requires ``authorization: Bearer <token>`` on the methods of ``services``.
+
+    Calls to any other service (health checking, server reflection, worker report
+    streams with their own secret) pass untouched. A missing or wrong token is
+    refused with UNAUTHENTICATED before the handler runs.
+
+    Args:
+        token: The expected bearer token (non-empty).
+        services: Fully-qualified names of the protected services, e.g. ``inference.GRPCInferenceService``.
+    """
+
+    def __init__(self, token: str, services: Iterable[str]) -> None:
+        if not token:
+            raise ValueError("BearerTokenInterceptor needs a non-empty token")
+        self._expected = f"Bearer {token}".encode()
+        self._prefixes = tuple(f"/{name}/" for name in services)
+
+    def authorized(self, metadata: Iterable[tuple[str, str | bytes]] | None) -> bool:
+        for key, value in metadata or ():
+            if key == "authorization":
+                got = value if isinstance(value, bytes) else value.encode()
+                return hmac.compare_digest(got, self._expected)
+        return False
+
+    async def intercept_service(self, continuation, handler_call_details):  # type: ignore[no-untyped-def]
+        if not handler_call_details.method.startswith(self._prefixes):
+            return await continuation(handler_call_details)
+        if self.authorized(handler_call_details.invocation_metadata):
+            return await continuation(handler_call_details)
+        return _deny_handler(await continuation(handler_call_details))
+
+
+_UNAUTHENTICATED = "missing or wrong 'authorization: Bearer <token>' metadata"
+
+
+def _deny_handler(handler: grpc.RpcMethodHandler | None) -> grpc.RpcMethodHandler:
+    """A handler of the same streaming kind as ``handler`` that refuses with UNAUTHENTICATED."""
+
+    async def deny(request, context):  # type: ignore[no-untyped-def]
+        await context.abort(grpc.StatusCode.UNAUTHENTICATED, _UNAUTHENTICATED)
+
+    if handler is not None and handler.request_streaming and handler.response_streaming:
+        return grpc.stream_stream_rpc_method_handler(deny)
+    if handler is not None and handler.request_streaming:
+        return grpc.stream_unary_rpc_method_handler(deny)
+    if handler is not None and handler.response_streaming:
+        return grpc.unary_stream_rpc_method_handler(deny)
+    return grpc.unary_unary_rpc_method_handler(deny)
 
 
 class Startable(Protocol):

@@ -10,6 +10,7 @@ import grpc
 
 from trainwire.inference import grpc_service_pb2, grpc_service_pb2_grpc
 from trainwire.serving import (
+    BearerTokenInterceptor,
     ServerThread,
     add_health_and_reflection,
     advertised_address,
@@ -47,7 +48,10 @@ class PredictorServer:
             store, cache_size=settings.model_cache_size, index_refresh_s=settings.index_refresh_s
         )
         self.executor = ThreadPoolExecutor(max(1, settings.worker_threads), thread_name_prefix="trainwire-predict")
-        self.server = grpc.aio.server(options=message_size_options(settings.max_message_bytes))
+        interceptors = [BearerTokenInterceptor(settings.auth_token, (SERVICE_NAME,))] if settings.auth_token else []
+        self.server = grpc.aio.server(
+            options=message_size_options(settings.max_message_bytes), interceptors=interceptors
+        )
         grpc_service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(
             InferenceServicer(self.models, Batcher(self.executor)), self.server
         )
@@ -93,6 +97,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--model-cache-size", type=int, help="loaded checkpoints kept in memory")
     parser.add_argument("--worker-threads", type=int, help="threads running model compute")
     parser.add_argument("--index-refresh-s", type=float, help="how often a run's checkpoint index is re-read")
+    parser.add_argument(
+        "--auth-token",
+        help="require 'authorization: Bearer <token>' on inference calls (or TRAINWIRE_PREDICTOR_AUTH_TOKEN)",
+    )
     add_tls_arguments(parser)
     args = parser.parse_args(argv)
     overrides = {k: v for k, v in vars(args).items() if v is not None}

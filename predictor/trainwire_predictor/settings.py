@@ -25,6 +25,8 @@ class PredictorSettings(BaseSettings):
     tls_cert: str = ""
     tls_key: str = ""
     tls_client_ca: str = ""
+    # When set, inference calls need ``authorization: Bearer <auth_token>``; health and reflection stay open.
+    auth_token: str = ""
     max_message_bytes: int = 64 * 1024 * 1024
     # Loaded checkpoints kept in memory (least recently used dropped first).
     model_cache_size: int = 16
