@@ -65,6 +65,32 @@ class CheckpointManager:
         self.preprocessor_bytes = b""
         self.checkpoints: list[CommittedCheckpoint] = []
 
+    def load(self) -> None:
+        """Takes up the committed checkpoints of a run a previous coordinator started.
+
+        The index file is the record of what was committed; the latest checkpoint
+        carries the run's fitted preprocessor, so it is not fitted again.
+        """
+        path = self.store.index_path(self.run_id)
+        if not self.store.exists(path):
+            return
+        index = self.store.read_json(path)
+        self.checkpoints = [
+            CommittedCheckpoint(
+                checkpoint_id=entry["id"],
+                index=int(entry["index"]),
+                metrics=entry.get("metrics") or {},
+                size_bytes=int(entry.get("size_bytes", 0)),
+                created_at=float(entry.get("created_at", 0.0)),
+            )
+            for entry in sorted(index.get("checkpoints", []), key=lambda e: e["index"])
+        ]
+        latest = self.latest
+        if latest is not None:
+            preprocessor = f"{self.store.checkpoint_dir(self.run_id, latest.checkpoint_id)}/{PREPROCESSOR_NAME}"
+            if self.store.exists(preprocessor):
+                self.preprocessor_bytes = self.store.read_bytes(preprocessor)
+
     # --- ranking -----------------------------------------------------------
     def _score(self, ckpt: CommittedCheckpoint) -> float:
         attr = self.config.checkpoint_score_attribute

@@ -119,19 +119,59 @@ class RunController:
         self.deps = deps
         self.policy = policy
         self.checkpoints = checkpoints
-        self.attempt = 0
         self.task: asyncio.Task | None = None
         self._interrupt = asyncio.Event()
         self._cancel_requested = False
+        # The coordinator is stopping: end the attempt, leave the run for its successor.
+        self._suspend_requested = False
         self._stop_reached = False
-        self._max_report_index = 0
         self._preprocessor: Any = None
         self._commit_lock = asyncio.Lock()
         self._pending: dict[int, dict[int, worker_reports_pb2.TrainingReport]] = {}
 
+    @property
+    def attempt(self) -> int:
+        return self.run.attempt
+
     # --- lifecycle -----------------------------------------------------------
     def start(self) -> None:
         self.task = asyncio.create_task(self._main(), name=f"run-{self.run.run_id}")
+
+    def resume(self) -> None:
+        """Carries on a run that a stopped coordinator left active, from its latest committed checkpoint.
+
+        This is not a failure: ``num_failures`` and ``FailureConfig.max_failures`` are untouched. The
+        attempt number moves on, so reports of the old group, if any still arrive, are ignored.
+        """
+        self.task = asyncio.create_task(self._resume(), name=f"run-{self.run.run_id}")
+
+    async def _resume(self) -> None:
+        try:
+            await asyncio.to_thread(self.checkpoints.load)
+            await asyncio.to_thread(self.checkpoints.remove_uncommitted)
+            self.refresh_checkpoints()
+            latest = self.checkpoints.latest
+            self.run.attempt += 1
+            self.run.num_coordinator_restarts += 1
+            where = f"from checkpoint {latest.checkpoint_id}" if latest is not None else "from the start"
+            await self._set_state(common_pb2.RESTARTING, f"the coordinator restarted; resuming {where}")
+        except Exception as exc:  # noqa: BLE001 - a run that cannot be taken up still ends
+            logger.exception("run %s: cannot resume", self.run.run_id)
+            await self._set_state(common_pb2.FAILED, f"the coordinator restarted and could not resume the run: {exc}")
+            return
+        await self._main()
+
+    async def suspend(self) -> None:
+        """Ends the current attempt and leaves the run active for the next coordinator."""
+        if self.run.state in TERMINAL:
+            return
+        self._suspend_requested = True
+        self._interrupt.set()
+        if self.task is not None:
+            await asyncio.shield(self.task)
+
+    def _stop_requested(self) -> bool:
+        return self._cancel_requested or self._suspend_requested
 
     async def cancel(self) -> None:
         if self.run.state in TERMINAL:
@@ -158,6 +198,10 @@ class RunController:
         try:
             while True:
                 error = await self._run_attempt()
+                if self._suspend_requested:
+                    reason = "the coordinator is stopping; the next coordinator carries the run on"
+                    await self._set_state(common_pb2.RESTARTING, reason)
+                    return
                 if self._cancel_requested:
                     await self._set_state(common_pb2.CANCELLED, "cancelled by request")
                     return
@@ -172,7 +216,7 @@ class RunController:
                     await self._set_state(
                         common_pb2.RESTARTING, f"restart {self.run.num_failures} after failure: {summary}"
                     )
-                    self.attempt += 1
+                    self.run.attempt += 1
                     await asyncio.to_thread(self.checkpoints.remove_uncommitted)
                     continue
                 self.run.error.CopyFrom(error)
@@ -220,7 +264,7 @@ class RunController:
         # Idle pooled groups hold resources this run may need.
         self.deps.pool.evict_all()
         pg = await self._reserve()
-        if self._cancel_requested:
+        if self._stop_requested():
             remove_placement_group(pg)
             return None
         await self._set_state(common_pb2.STARTING)
@@ -246,7 +290,7 @@ class RunController:
                 await asyncio.to_thread(self._fit_preprocessor)
             started = await self._start_group()
         except Exception as exc:  # noqa: BLE001 - a group that cannot start is a failed attempt
-            return None if self._cancel_requested else _error_from_exception(0, self.attempt, exc)
+            return None if self._stop_requested() else _error_from_exception(0, self.attempt, exc)
         if started is None:
             return None
         pg, group = started
@@ -260,11 +304,14 @@ class RunController:
             return error
         except Exception as exc:  # noqa: BLE001 - setup failures count as worker failures
             error = _error_from_exception(0, self.attempt, exc)
-            return None if self._cancel_requested else error
+            return None if self._stop_requested() else error
         finally:
             clean = error is None and not self._interrupt.is_set()
             try:
-                await asyncio.wait_for(self.backend.on_shutdown(group, self.request), 10)
+                if self._suspend_requested:
+                    clean = False  # a stopping coordinator has seconds left: kill, don't wind down
+                else:
+                    await asyncio.wait_for(self.backend.on_shutdown(group, self.request), 10)
             except Exception:  # noqa: BLE001 - best effort on a group being torn down
                 clean = False
             if clean and self.backend.reuse_workers:
@@ -333,7 +380,7 @@ class RunController:
                 self.deps.store.uri_of(self.deps.store.root),
                 start_from,
                 shard,
-                self._max_report_index + 1,
+                self.run.last_report_index + 1,
                 self.backend.train,
             )
             refs[asyncio.ensure_future(ref)] = meta.world_rank
@@ -365,7 +412,7 @@ class RunController:
         if report.WhichOneof("kind") != "report":
             return  # hello; errors arrive as the outcome of the worker's run
         msg = report.report
-        self._max_report_index = max(self._max_report_index, msg.report_index)
+        self.run.last_report_index = max(self.run.last_report_index, msg.report_index)
         by_rank = self._pending.setdefault(msg.report_index, {})
         by_rank[report.world_rank] = msg
         # Decide completeness before any await: reports of other ranks interleave here.

@@ -20,6 +20,7 @@ from trainwire.errors import (
     NotFoundError,
     PermissionDeniedError,
     ResourceExhaustedError,
+    TrainwireError,
 )
 from trainwire.storage import Store
 from trainwire.tls import ClientTLS
@@ -120,31 +121,47 @@ class RunManager:
         self.report_tls = report_tls
         self.controllers: dict[str, RunController] = {}
 
-    def recover(self) -> None:
-        """Marks runs a previous coordinator left unfinished as FAILED."""
+    def recover(self) -> list[str]:
+        """Carries on the runs a previous coordinator left active; returns their ids.
+
+        Each restarts from its latest committed checkpoint (its old worker group ended
+        with the old coordinator, whose Ray job owned it). A run whose request no longer
+        passes this coordinator's checks (its dataset is gone, pickled code is now refused)
+        fails with the reason.
+        """
+        active = [common_pb2.PENDING, common_pb2.STARTING, common_pb2.RUNNING, common_pb2.RESTARTING]
+        records: list[RunRecord] = []
         token = ""
         while True:
-            records, token = self.metadata.list_runs(
-                [common_pb2.PENDING, common_pb2.STARTING, common_pb2.RUNNING, common_pb2.RESTARTING],
-                100,
-                token,
-            )
-            for rec in records:
-                if rec.run_id in self.controllers:
-                    continue
-                run = coordinator_pb2.Run.FromString(rec.data)
-                run.state = common_pb2.FAILED
-                run.state_reason = "the coordinator restarted while the run was active"
-                self._save(run)
+            page, token = self.metadata.list_runs(active, 100, token)
+            records += page
             if not token:
-                return
+                break
+        resumed = []
+        for rec in records:
+            if rec.run_id in self.controllers:
+                continue
+            run = coordinator_pb2.Run.FromString(rec.data)
+            try:
+                run_config, datasets = self._validate(run.request, check_capacity=False)
+                store = self._run_store(run_config.storage_path)
+            except TrainwireError as exc:
+                run.state = common_pb2.FAILED
+                run.state_reason = f"the coordinator restarted and cannot carry the run on: {exc.message}"
+                self._save(run)
+                continue
+            self._launch(self._controller(run, run_config, datasets, store), resume=True)
+            resumed.append(run.run_id)
+        if resumed:
+            logger.info("carrying on %d run(s) left active by the previous coordinator", len(resumed))
+        return resumed
 
     # --- runs ------------------------------------------------------------------
     def _save(self, run: coordinator_pb2.Run) -> None:
         run.updated_at.CopyFrom(_now())
         self.metadata.update_run(_record(run))
 
-    def _validate(self, request: coordinator_pb2.FitRequest) -> tuple[RunConfig, dict]:
+    def _validate(self, request: coordinator_pb2.FitRequest, *, check_capacity: bool = True) -> tuple[RunConfig, dict]:
         backend = get_backend(request.framework)
         if request.HasField("scaling_config"):
             ScalingConfig.from_proto(request.scaling_config)
@@ -179,7 +196,9 @@ class RunManager:
                     f"resume_from_checkpoint {request.resume_from_checkpoint!r} does not exist",
                     field="resume_from_checkpoint",
                 )
-        check_feasible(request.scaling_config, ray.cluster_resources(), sum(1 for n in ray.nodes() if n["Alive"]))
+        if check_capacity:
+            nodes = sum(1 for n in ray.nodes() if n["Alive"])
+            check_feasible(request.scaling_config, ray.cluster_resources(), nodes)
         return run_config, datasets
 
     async def fit(self, request: coordinator_pb2.FitRequest) -> coordinator_pb2.Run:
@@ -203,7 +222,14 @@ class RunManager:
         await self.events.append(
             coordinator_pb2.RunEvent(run_id=run_id, state_change=coordinator_pb2.StateChange(state=common_pb2.PENDING))
         )
-        controller = RunController(
+        self._launch(self._controller(run, run_config, datasets, store))
+        return run
+
+    def _controller(
+        self, run: coordinator_pb2.Run, run_config: RunConfig, datasets: dict, store: Store
+    ) -> RunController:
+        request = run.request
+        return RunController(
             run=run,
             request=request,
             backend=get_backend(request.framework),
@@ -220,15 +246,17 @@ class RunManager:
             ),
             policy=self.policy_factory(run_config.failure_config),
             checkpoints=CheckpointManager(
-                store, run_id, name, run_config.checkpoint_config or CheckpointConfig(), request.framework
+                store, run.run_id, run.name, run_config.checkpoint_config or CheckpointConfig(), request.framework
             ),
         )
+
+    def _launch(self, controller: RunController, resume: bool = False) -> None:
+        run_id = controller.run.run_id
         self.controllers[run_id] = controller
-        controller.start()
+        controller.resume() if resume else controller.start()
         assert controller.task is not None
         # A finished run lives on in the metadata store only; its controller (datasets, pickled code) goes.
         controller.task.add_done_callback(lambda _: self._forget(run_id))
-        return run
 
     def _forget(self, run_id: str) -> None:
         self.controllers.pop(run_id, None)
@@ -299,10 +327,14 @@ class RunManager:
         if controller is not None:
             await controller.on_report(report)
 
-    async def shutdown(self) -> None:
-        for controller in list(self.controllers.values()):
-            if controller.run.state not in TERMINAL:
-                await controller.cancel()
+    async def shutdown(self, timeout_s: float = 5.0) -> None:
+        """Ends every worker group and leaves active runs for the next coordinator to carry on."""
+        suspending = [c.suspend() for c in self.controllers.values() if c.run.state not in TERMINAL]
+        if suspending:
+            try:
+                await asyncio.wait_for(asyncio.gather(*suspending, return_exceptions=True), timeout_s)
+            except TimeoutError:
+                logger.warning("some runs did not stop within %ss; their groups end with this process", timeout_s)
         self.pool.evict_all()
 
     async def upload_checkpoint(

@@ -69,7 +69,6 @@ class CoordinatorServer:
             report_key=settings.report_key,
             report_tls=report_tls(settings),
         )
-        self.runs.recover()
         interceptors = [BearerTokenInterceptor(settings.auth_token)] if settings.auth_token else []
         self.server = grpc.aio.server(
             options=message_size_options(settings.max_message_bytes), interceptors=interceptors
@@ -83,6 +82,8 @@ class CoordinatorServer:
         await self.server.start()
         await mark_serving(health_servicer, SERVICE_NAMES)
         self.address = advertised_address(settings.host, port, ray.util.get_node_ip_address)
+        # Once workers can reach this coordinator: runs a previous one left active carry on.
+        self.runs.recover()
         return self.address
 
     async def stop(self, grace_s: float = 5.0) -> None:

@@ -1,0 +1,195 @@
+"""Runs outlive their coordinator: a killed coordinator's successor carries active runs on.
+
+The coordinator runs as its own process, joined to the session's Ray cluster, and is
+really killed (SIGKILL) or stopped (SIGTERM) in the middle of a 2-worker Torch run while
+a user's script is inside ``TorchTrainer.fit()``. A new coordinator process on the same
+port, metadata store and shared store takes the run up from its latest committed checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from trainwire.client import CoordinatorClient
+from trainwire.v1 import common_pb2
+
+pytestmark = pytest.mark.timeout(300)
+
+STEPS = 8
+
+USER_SCRIPT = textwrap.dedent(
+    f"""
+    import json, os, sys, tempfile, time
+
+    import trainwire
+    from trainwire import Checkpoint, RunConfig, ScalingConfig, train
+    from trainwire.torch import TorchTrainer
+
+    def loop():
+        import torch.distributed as dist
+        step = 0
+        checkpoint = train.get_checkpoint()
+        if checkpoint is not None:
+            with checkpoint.as_directory() as d:
+                step = int(open(os.path.join(d, "step")).read()) + 1
+        while step < {STEPS}:
+            time.sleep(1.0)
+            dist.barrier()  # the two workers really train together
+            with tempfile.TemporaryDirectory() as d:
+                open(os.path.join(d, "step"), "w").write(str(step))
+                train.report({{"step": step}}, checkpoint=Checkpoint.from_directory(d))
+            step += 1
+
+    trainwire.init(sys.argv[1])
+    result = TorchTrainer(
+        loop, scaling_config=ScalingConfig(num_workers=2), run_config=RunConfig(name=sys.argv[2], verbose=0)
+    ).fit()
+    steps = [m["step"] for m in result.metrics_dataframe.to_dict("records")]
+    print("RESULT " + json.dumps({{"run_id": result.run_id, "metrics": result.metrics, "steps": steps}}), flush=True)
+    """
+)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class CoordinatorProcess:
+    """``python -m trainwire_coordinator`` in its own process group, stopped by its id."""
+
+    def __init__(self, home: Path, port: int, ray_address: str) -> None:
+        self.home, self.port, self.ray_address = home, port, ray_address
+        self.proc: subprocess.Popen | None = None
+        self.starts = 0
+
+    def start(self) -> None:
+        self.starts += 1
+        log = open(self.home / f"coordinator-{self.starts}.log", "wb")  # noqa: SIM115 - the child owns it
+        env = {**os.environ, "TRAINWIRE_COORDINATOR_WATCH_POLL_S": "0.2"}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "trainwire_coordinator", "--host", "127.0.0.1", "--port", str(self.port)]
+            + ["--store", str(self.home / "store"), "--state", str(self.home / "state.db")]
+            + ["--ray-address", self.ray_address],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )
+        client = CoordinatorClient(f"127.0.0.1:{self.port}")
+        deadline = time.monotonic() + 60
+        try:
+            while True:
+                assert self.proc.poll() is None, self.log()
+                try:
+                    client.list_runs(page_size=1)
+                    return
+                except Exception:  # noqa: BLE001 - not listening yet
+                    assert time.monotonic() < deadline, "coordinator did not start:\n" + self.log()
+                    time.sleep(0.2)
+        finally:
+            client.close()
+
+    def stop(self, sig: int) -> float:
+        """Sends ``sig`` to the coordinator; returns the seconds it took to exit."""
+        assert self.proc is not None
+        started = time.monotonic()
+        self.proc.send_signal(sig)
+        self.proc.wait(timeout=20)
+        return time.monotonic() - started
+
+    def kill_group(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+    def log(self) -> str:
+        return "\n".join(p.read_text(errors="replace")[-4000:] for p in sorted(self.home.glob("coordinator-*.log")))
+
+
+def _wait_for_checkpoints(client: CoordinatorClient, name: str, count: int, proc: CoordinatorProcess) -> str:
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        try:
+            run = client.get_run(name)
+            if len(run.best_checkpoints) >= count:
+                return run.run_id
+        except Exception:  # noqa: BLE001 - the run is not recorded yet
+            pass
+        time.sleep(0.2)
+    raise AssertionError(f"no {count} checkpoints within 120 s:\n{proc.log()}")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["sigkill", "sigterm"])
+def test_active_run_survives_coordinator_restart(ray_cluster, tmp_path, sig):
+    port = _free_port()
+    coordinator = CoordinatorProcess(tmp_path, port, ray_cluster.get_runtime_context().gcs_address)
+    address = f"127.0.0.1:{port}"
+    name = f"survivor-{sig.name.lower()}"
+    (tmp_path / "user.py").write_text(USER_SCRIPT)
+    user = None
+    client = CoordinatorClient(address)
+    try:
+        coordinator.start()
+        user = subprocess.Popen(
+            [sys.executable, str(tmp_path / "user.py"), address, name],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        run_id = _wait_for_checkpoints(client, name, 2, coordinator)
+        before = client.get_run(run_id)
+        committed_before = {c.checkpoint_id for c in before.best_checkpoints}
+        # A watcher's view up to now; the kill then cuts its stream.
+        seen = []
+        for event in client.watch_run(run_id):
+            seen.append(event)
+            if event.HasField("checkpoint") and event.checkpoint.checkpoint_id in committed_before:
+                committed_before.discard(event.checkpoint.checkpoint_id)
+                if not committed_before:
+                    break
+        stop_s = coordinator.stop(sig)
+        assert stop_s < 10, f"the coordinator took {stop_s:.1f} s to stop"
+        coordinator.start()
+
+        out, _ = user.communicate(timeout=240)
+        text = out.decode(errors="replace")
+        assert user.returncode == 0, text[-4000:] + coordinator.log()
+        result = json.loads(text.split("RESULT ", 1)[1])
+
+        run = client.get_run(run_id)
+        assert run.state == common_pb2.SUCCEEDED
+        assert run.num_failures == 0, "a coordinator restart is not a failure"
+        assert run.num_coordinator_restarts == 1
+        # Every step was reported; a step reported but not yet checkpointed at the kill runs again.
+        assert sorted(set(result["steps"])) == list(range(STEPS)), result["steps"]
+        assert result["metrics"] == {"step": STEPS - 1}
+        # No committed checkpoint was lost (the run keeps all of them).
+        kept = {c.checkpoint_id for c in run.best_checkpoints}
+        assert {c.checkpoint_id for c in before.best_checkpoints} <= kept
+        assert len(kept) >= STEPS
+
+        # WatchRun from the last event seen yields every later event exactly once.
+        rest = list(client.watch_run(run_id, after_event_id=seen[-1].event_id))
+        everything = list(client.watch_run(run_id))
+        assert [e.event_id for e in seen + rest] == [e.event_id for e in everything]
+        assert len({e.event_id for e in everything}) == len(everything)
+        reasons = [e.state_change.reason for e in everything if e.HasField("state_change")]
+        assert any(r.startswith("the coordinator restarted; resuming from checkpoint") for r in reasons), reasons
+    finally:
+        client.close()
+        if user is not None and user.poll() is None:
+            os.killpg(user.pid, signal.SIGKILL)
+            user.wait()
+        coordinator.kill_group()
