@@ -1,6 +1,11 @@
 """Regenerates the committed gRPC stubs from protos/ (run: python scripts/gen_protos.py).
 
 Use --check to fail when the committed stubs differ from what protos/ generates.
+
+The Open Inference Protocol stubs (``trainwire.inference``) are rewritten to build
+their descriptors in a private pool (``trainwire/inference/_pool.py``) rather than
+protobuf's default one, where tritonclient and others register their own
+``inference.*`` messages: see that module for why.
 """
 
 from __future__ import annotations
@@ -18,6 +23,28 @@ PROTOS = ROOT / "protos"
 OUT = ROOT / "client"
 # Each proto tree and the import path its generated package lives at.
 TREES = {"trainwire/v1": "trainwire/v1", "inference": "trainwire/inference"}
+# Packages whose _pb2 modules use a private descriptor pool, and the module that holds it.
+PRIVATE_POOLS = {"trainwire/inference": "trainwire.inference._pool"}
+
+# protoc's lines that touch the default pool, and what each becomes.
+_BUILDER_IMPORT = "from google.protobuf.internal import builder as _builder\n"
+_PRIVATE_REWRITES = {
+    "DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(": "DESCRIPTOR = _pool.AddSerializedFile(",
+    "_builder.BuildTopDescriptorsAndMessages(": "_pool.BuildTopDescriptorsAndMessages(",
+}
+
+
+def use_private_pool(path: Path, pool_module: str) -> None:
+    """Rewrites one generated _pb2.py to build its descriptors and classes in ``pool_module``'s pool."""
+    text = path.read_text()
+    package, _, name = pool_module.rpartition(".")
+    edits = {_BUILDER_IMPORT: f"{_BUILDER_IMPORT}from {package} import {name} as _pool  # a private descriptor pool\n"}
+    edits.update(_PRIVATE_REWRITES)
+    for old, new in edits.items():
+        if text.count(old) != 1:
+            raise SystemExit(f"{path.name}: expected protoc's line {old.strip()!r} once; update gen_protos.py")
+        text = text.replace(old, new)
+    path.write_text(text)
 
 
 def generate(out_dir: Path) -> list[Path]:
@@ -40,6 +67,9 @@ def generate(out_dir: Path) -> list[Path]:
         ] + [f"{package}/{f.name}" for f in files]
         if protoc.main(args) != 0:
             raise SystemExit(f"protoc failed for {src}")
+        if package in PRIVATE_POOLS:
+            for f in files:
+                use_private_pool(out_dir / package / f"{f.stem}_pb2.py", PRIVATE_POOLS[package])
         generated += sorted(p.relative_to(out_dir) for p in (out_dir / package).glob("*_pb2*.py*"))
     return generated
 

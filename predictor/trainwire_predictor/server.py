@@ -7,12 +7,15 @@ import logging
 from concurrent.futures import ThreadPoolExecutor
 
 import grpc
+from google.protobuf import descriptor_pb2, descriptor_pool
+from google.protobuf.descriptor import FileDescriptor
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection, reflection_pb2
 
 from trainwire.inference import grpc_service_pb2, grpc_service_pb2_grpc
 from trainwire.serving import (
     BearerTokenInterceptor,
     ServerThread,
-    add_health_and_reflection,
     advertised_address,
     mark_serving,
     message_size_options,
@@ -28,6 +31,40 @@ from trainwire_predictor.settings import PredictorSettings
 logger = logging.getLogger(__name__)
 
 SERVICE_NAME = grpc_service_pb2.DESCRIPTOR.services_by_name["GRPCInferenceService"].full_name
+
+
+def reflection_pool(*files: FileDescriptor) -> descriptor_pool.DescriptorPool:
+    """One pool holding ``files`` and their imports, whichever pools they come from.
+
+    The inference stubs live in a private pool (so tritonclient's copy of the same
+    protos can share the process) while health and reflection live in the default
+    one; server reflection answers from a single pool, so it gets this one.
+    """
+    pool = descriptor_pool.DescriptorPool()
+    added: set[str] = set()
+
+    def add(file: FileDescriptor) -> None:
+        if file.name in added:
+            return
+        for dependency in file.dependencies:
+            add(dependency)
+        proto = descriptor_pb2.FileDescriptorProto()
+        file.CopyToProto(proto)
+        pool.AddSerializedFile(proto.SerializeToString())
+        added.add(file.name)
+
+    for file in files:
+        add(file)
+    return pool
+
+
+def add_health_and_reflection(server: grpc.aio.Server) -> health.aio.HealthServicer:
+    """gRPC health checking, and server reflection of the inference, health and reflection services."""
+    health_servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    pool = reflection_pool(grpc_service_pb2.DESCRIPTOR, health_pb2.DESCRIPTOR, reflection_pb2.DESCRIPTOR)
+    reflection.enable_server_reflection((SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server, pool)
+    return health_servicer
 
 
 class PredictorServer:
@@ -55,7 +92,7 @@ class PredictorServer:
         grpc_service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(
             InferenceServicer(self.models, Batcher(self.executor)), self.server
         )
-        health_servicer = add_health_and_reflection(self.server, (SERVICE_NAME,))
+        health_servicer = add_health_and_reflection(self.server)
         port = add_port(
             self.server, f"{settings.host}:{settings.port}", settings.tls_cert, settings.tls_key, settings.tls_client_ca
         )
