@@ -3,7 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import atexit
 import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
 from pathlib import Path
 
 import grpc
@@ -34,10 +42,45 @@ SERVICE_NAMES = (
 )
 
 
+def join_ray_node(address: str, timeout_s: float = 120.0) -> subprocess.Popen:
+    """Starts a Ray node without CPUs or GPUs joined to ``address`` (stopped at exit)."""
+    ray_cli = shutil.which("ray", path=os.path.dirname(sys.executable)) or "ray"
+    command = [ray_cli, "start", "--block", f"--address={address}", "--num-cpus=0", "--num-gpus=0"]
+    proc = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    )
+    atexit.register(_stop_node, proc)
+    deadline = time.monotonic() + timeout_s
+    for line in proc.stdout:
+        sys.stdout.write(line)
+        if "Ray runtime started" in line:
+            threading.Thread(target=sys.stdout.writelines, args=(proc.stdout,), daemon=True).start()
+            return proc
+        if time.monotonic() > deadline:
+            break
+    _stop_node(proc)
+    raise RuntimeError(f"the Ray node joining {address} did not start (ray start exited with {proc.poll()})")
+
+
+def _stop_node(proc: subprocess.Popen) -> None:
+    """Stops the node's process group (ray start, raylet, its workers): SIGTERM, then SIGKILL."""
+    for sig, wait_s in ((signal.SIGTERM, 10), (signal.SIGKILL, 5)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(wait_s)
+        except subprocess.TimeoutExpired:
+            continue
+
+
 def ensure_ray(settings: CoordinatorSettings) -> None:
-    """Connects to the configured Ray cluster, or starts a local one."""
+    """Connects to the configured Ray cluster (as a node of it with ``ray_join_node``), or starts a local one."""
     if ray.is_initialized():
         return
+    if settings.ray_join_node and settings.ray_address:
+        join_ray_node(settings.ray_address)
     kwargs = {"num_cpus": settings.ray_num_cpus} if settings.ray_num_cpus and not settings.ray_address else {}
     ray.init(address=settings.ray_address or None, include_dashboard=False, log_to_driver=True, **kwargs)
 
@@ -81,7 +124,9 @@ class CoordinatorServer:
         )
         await self.server.start()
         await mark_serving(health_servicer, SERVICE_NAMES)
-        self.address = advertised_address(settings.host, port, ray.util.get_node_ip_address)
+        self.address = settings.advertise_address or advertised_address(
+            settings.host, port, ray.util.get_node_ip_address
+        )
         # Once workers can reach this coordinator: runs a previous one left active carry on.
         self.runs.recover()
         return self.address

@@ -26,6 +26,12 @@ class CoordinatorSettings(BaseSettings):
     ray_address: str = ""
     # CPUs of a local Ray started by the coordinator (0: Ray's default).
     ray_num_cpus: int = 0
+    # Join the cluster at ray_address as a Ray node that offers no CPUs or GPUs, and drive
+    # it from there: a Ray driver needs a local raylet and object store (a container of its own).
+    ray_join_node: bool = False
+    # host:port that workers dial for their report streams, e.g. coordinator:50051 (a compose
+    # service name). Empty: the bound host, or this node's IP when bound to 0.0.0.0.
+    advertise_address: str = ""
     # Accept cloudpickled training code (code execution on the cluster).
     allow_pickled_code: bool = True
     # When set, every call must carry "authorization: Bearer <token>".
