@@ -58,6 +58,27 @@ def _checkpoints_download(args: argparse.Namespace) -> None:
     print(_client(args).download_checkpoint(args.checkpoint, args.directory))
 
 
+def _health(args: argparse.Namespace) -> int:
+    """The gRPC health check (grpc.health.v1) of a server: 0 when SERVING (a compose/Kubernetes probe)."""
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    from trainwire.tls import ClientTLS, open_channel
+
+    tls = ClientTLS.from_files(args.tls_ca or "", args.tls_cert or "", args.tls_key or "")
+    options = [("grpc.ssl_target_name_override", args.tls_server_name)] if args.tls_server_name else []
+    with open_channel(args.target, options, tls) as channel:
+        request = health_pb2.HealthCheckRequest(service=args.service)
+        try:
+            response = health_pb2_grpc.HealthStub(channel).Check(request, timeout=args.timeout_s)
+        except grpc.RpcError as err:
+            print(f"{args.target}: {err.code().name}: {err.details()}", file=sys.stderr)
+            return 2
+    status = health_pb2.HealthCheckResponse.ServingStatus.Name(response.status)
+    print(f"{args.target}: {status}")
+    return 0 if response.status == health_pb2.HealthCheckResponse.SERVING else 1
+
+
 def _coordinator(argv: list[str]) -> None:
     from trainwire_coordinator.server import main
 
@@ -113,6 +134,16 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--after", type=int, default=0, help="start after this event id")
         p.set_defaults(fn=fn)
 
+    p = sub.add_parser("health", help="gRPC health check of a server: exit 0 when SERVING")
+    p.add_argument("target", metavar="ADDRESS", help="host:port of a coordinator or predictor")
+    p.add_argument("--service", default="", help="service name to check (default: the whole server)")
+    p.add_argument("--timeout-s", type=float, default=3.0, help="deadline of the check")
+    p.add_argument("--tls-ca", help="PEM CA that verifies the server (default: $TRAINWIRE_TLS_CA)")
+    p.add_argument("--tls-cert", help="PEM client certificate for mutual TLS (default: $TRAINWIRE_TLS_CERT)")
+    p.add_argument("--tls-key", help="PEM key of --tls-cert (default: $TRAINWIRE_TLS_KEY)")
+    p.add_argument("--tls-server-name", help="name the server's certificate must carry (probes that dial localhost)")
+    p.set_defaults(fn=_health)
+
     ckpts = sub.add_parser("checkpoints", help="checkpoint files").add_subparsers(dest="action", required=True)
     p = ckpts.add_parser("download", help="download a checkpoint")
     p.add_argument("checkpoint", help="URI, or RUN/CHECKPOINT_ID, or RUN for its latest")
@@ -130,12 +161,11 @@ def main(argv: list[str] | None = None) -> int:
             break
     args = build_parser().parse_args(argv)
     try:
-        args.fn(args)
+        return args.fn(args) or 0
     except TrainwireError as err:
         where = f" (field {err.field})" if err.field else ""
         print(f"error: {err.code.name}: {err.message}{where}", file=sys.stderr)
         return 1
-    return 0
 
 
 if __name__ == "__main__":
