@@ -1,0 +1,135 @@
+"""The Node.js client (clients/node): stubs from protos/, a real XGBoost fit, WatchRun, ModelInfer.
+
+Runs ``npm ci`` when clients/node has no node_modules, then drives
+``quickstart.js`` against the session's coordinator and a predictor (with a
+bearer token) on the same store, and checks its predictions against the
+Python SDK's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.timeout(300)
+
+NODE_DIR = Path(__file__).resolve().parent.parent / "clients" / "node"
+ROUNDS = 8
+NUM_ROWS = 7
+TOKEN = "node-quickstart-token"
+
+
+@pytest.fixture(scope="module")
+def node_dir() -> Path:
+    """clients/node with its locked dependencies installed (``npm ci`` when node_modules is missing)."""
+    node, npm = shutil.which("node"), shutil.which("npm")
+    if node is None or npm is None:
+        pytest.skip("node and npm are not on PATH: the Node.js client cannot be tested here")
+    if not (NODE_DIR / "node_modules" / ".package-lock.json").exists():
+        proc = subprocess.run(
+            [npm, "ci", "--no-audit", "--no-fund"], cwd=NODE_DIR, capture_output=True, text=True, timeout=240
+        )
+        assert proc.returncode == 0, f"npm ci failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
+    return NODE_DIR
+
+
+@pytest.fixture(scope="module")
+def token_predictor(store):
+    """A predictor on the coordinator's store that requires a bearer token."""
+    from trainwire_predictor.server import PredictorThread
+    from trainwire_predictor.settings import PredictorSettings
+
+    thread = PredictorThread(PredictorSettings(port=0, store=store.uri, index_refresh_s=0.2, auth_token=TOKEN))
+    thread.start()
+    yield thread
+    thread.stop()
+
+
+def run_node(node_dir: Path, args: list[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("TRAINWIRE_")}
+    full_env.update(env or {})
+    return subprocess.run(
+        ["node", "quickstart.js", *args], cwd=node_dir, env=full_env, capture_output=True, text=True, timeout=180
+    )
+
+
+def test_quickstart_fits_watches_and_predicts(
+    node_dir, coordinator_address, token_predictor, client, cancer_data, tmp_path
+):
+    from trainwire.v1 import common_pb2
+    from trainwire.xgboost import XGBoostCheckpoint
+    from trainwire.xgboost.predictor import XGBoostPredictor
+
+    train_df, valid_df = cancer_data
+    train_csv, valid_parquet, rows_csv = tmp_path / "train.csv", tmp_path / "valid.parquet", tmp_path / "rows.csv"
+    train_df.to_csv(train_csv, index=False)  # uploaded by the client as Arrow
+    valid_df.to_parquet(valid_parquet, index=False)  # given to the coordinator as a URI
+    valid_df.to_csv(rows_csv, index=False)  # the rows the client scores (label dropped)
+    params = {"objective": "binary:logistic", "eval_metric": "logloss", "max_depth": 3, "nthread": 1, "seed": 0}
+
+    proc = run_node(
+        node_dir,
+        [
+            *("--label", "target", "--rounds", str(ROUNDS), "--workers", "2", "--name", "node-quickstart-xgb"),
+            *("--params", json.dumps(params), "--upload", f"train={train_csv}"),
+            *("--dataset", f"valid=file://{valid_parquet}", "--rows", str(rows_csv), "--num-rows", str(NUM_ROWS)),
+        ],
+        env={
+            "TRAINWIRE_ADDRESS": coordinator_address,
+            "TRAINWIRE_PREDICTOR_ADDRESS": token_predictor.server.address,
+            "TRAINWIRE_AUTH_TOKEN": TOKEN,
+        },
+    )
+    assert proc.returncode == 0, f"node exited {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+    lines = [json.loads(line) for line in proc.stdout.splitlines()]
+    kinds = [line["event"] for line in lines]
+
+    uploaded = lines[kinds.index("uploaded")]
+    assert uploaded["dataset"] == "train" and uploaded["num_rows"] == len(train_df)
+    assert uploaded["ref"]["uri"] == f"datasets/{uploaded['sha256']}"
+
+    # Every event printed as it came, in order; one metrics line per boosting round while RUNNING.
+    run_id = lines[kinds.index("run_started")]["run_id"]
+    events = [line for line in lines if "event_id" in line]
+    assert [e["event_id"] for e in events] == sorted({e["event_id"] for e in events})
+    states = [e["state"] for e in events if e["event"] == "state"]
+    assert states[-1] == "SUCCEEDED" and "RUNNING" in states
+    metrics = [e for e in events if e["event"] == "metrics"]
+    assert [m["metrics"]["training_iteration"] for m in metrics] == list(range(1, ROUNDS + 1))
+    assert all("train-logloss" in m["metrics"] and "valid-logloss" in m["metrics"] for m in metrics)
+    running_at = next(i for i, e in enumerate(events) if e.get("state") == "RUNNING")
+    ended_at = next(i for i, e in enumerate(events) if e.get("state") == "SUCCEEDED")
+    assert all(running_at < events.index(m) < ended_at for m in metrics)
+
+    ended = lines[kinds.index("run_ended")]
+    assert ended["run_id"] == run_id and ended["state"] == "SUCCEEDED"
+    run = client.get_run(run_id)
+    assert run.state == common_pb2.SUCCEEDED
+    assert ended["checkpoint"] == run.latest_checkpoint.uri
+
+    # The predictor's answer equals the Python SDK's in-process prediction on the same rows.
+    prediction = lines[kinds.index("prediction")]
+    assert kinds[-1] == "prediction"
+    assert prediction["model_name"] == run_id and prediction["num_rows"] == NUM_ROWS
+    assert prediction["model_version"] == run.latest_checkpoint.checkpoint_id
+    out = prediction["outputs"]["predictions"]
+    assert out["datatype"] == "FP32" and out["shape"] == [NUM_ROWS]
+    rows = valid_df.drop(columns=["target"]).iloc[:NUM_ROWS]
+    expected = XGBoostPredictor.from_checkpoint(XGBoostCheckpoint(run.latest_checkpoint.uri)).predict(rows)
+    np.testing.assert_allclose(np.array(out["data"]), expected["predictions"].to_numpy(np.float64), rtol=0, atol=1e-6)
+
+
+def test_quickstart_rejects_bad_usage_before_any_call(node_dir, tmp_path):
+    proc = run_node(node_dir, ["--label", "target"])
+    assert proc.returncode == 2 and "give at least one --dataset or --upload" in proc.stderr
+    proc = run_node(node_dir, ["--label", "target", "--dataset", f"train={tmp_path / 'x.parquet'}", "--rounds", "0"])
+    assert proc.returncode == 2 and "--rounds must be an integer >= 1" in proc.stderr
+    # A parquet URI is passed through, but rows to score must come from a local csv/arrow file.
+    proc = run_node(node_dir, ["--label", "target", "--dataset", f"train={tmp_path / 'x.parquet'}"])
+    assert proc.returncode == 2 and "give --rows FILE" in proc.stderr
