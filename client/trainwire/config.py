@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import re
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -11,10 +13,28 @@ from trainwire.v1 import common_pb2
 _STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
 
 
+_URI_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+
+
 def _check_resources(resources: dict[str, float] | None, name: str) -> None:
     for key, value in (resources or {}).items():
-        if not isinstance(value, int | float) or value < 0:
-            raise InvalidArgumentError(f"{name}[{key!r}] must be a number >= 0, got {value!r}", field=name)
+        if not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+            raise InvalidArgumentError(f"{name}[{key!r}] must be a finite number >= 0, got {value!r}", field=name)
+
+
+def _check_storage_path(value: str) -> None:
+    """A run's own store: a URI or an absolute path, with no ".." to climb out of it."""
+    field = "run_config.storage_path"
+    if len(value) > 1024 or not value.isprintable():
+        raise InvalidArgumentError("run_config.storage_path must be at most 1024 printable characters", field=field)
+    if not _URI_SCHEME.match(value) and not value.startswith("/"):
+        raise InvalidArgumentError(
+            f"run_config.storage_path must be a URI (file://, s3://) or an absolute path, got {value!r}; "
+            "a relative path would be relative to wherever the coordinator runs",
+            field=field,
+        )
+    if ".." in value.split("?", 1)[0].replace("\\", "/").split("/"):
+        raise InvalidArgumentError(f"run_config.storage_path must not contain '..', got {value!r}", field=field)
 
 
 @dataclass
@@ -22,21 +42,32 @@ class ScalingConfig:
     """How many workers a run gets and what each one reserves.
 
     Args:
-        num_workers: Number of worker processes (>= 1).
+        num_workers: Number of worker processes (>= 1), or ``(min, max)`` for an elastic run
+            (as in Ray Train V2): it starts with as many as fit, at least ``min``, and grows
+            at checkpoints up to ``max``.
         use_gpu: Give each worker one GPU.
         resources_per_worker: Resources each worker reserves; default {"CPU": 1}.
         trainer_resources: Extra resources reserved for the run's trainer bundle.
         placement_strategy: PACK, SPREAD, STRICT_PACK or STRICT_SPREAD.
     """
 
-    num_workers: int = 1
+    num_workers: int | tuple[int, int] = 1
     use_gpu: bool = False
     resources_per_worker: dict[str, float] | None = None
     trainer_resources: dict[str, float] | None = None
     placement_strategy: str = "PACK"
 
     def __post_init__(self) -> None:
-        if not isinstance(self.num_workers, int) or self.num_workers < 1:
+        if isinstance(self.num_workers, list | tuple):
+            bounds = tuple(self.num_workers)
+            if len(bounds) != 2 or not all(type(n) is int for n in bounds) or not 1 <= bounds[0] <= bounds[1]:
+                raise InvalidArgumentError(
+                    f"scaling_config.num_workers must be an integer >= 1 or (min, max) with 1 <= min <= max, "
+                    f"got {self.num_workers!r}",
+                    field="scaling_config.num_workers",
+                )
+            self.num_workers = bounds if bounds[0] < bounds[1] else bounds[0]
+        elif type(self.num_workers) is not int or self.num_workers < 1:
             raise InvalidArgumentError(
                 f"scaling_config.num_workers must be an integer >= 1, got {self.num_workers!r}",
                 field="scaling_config.num_workers",
@@ -58,9 +89,18 @@ class ScalingConfig:
             res.setdefault("GPU", 1.0)
         return res
 
+    @property
+    def min_workers(self) -> int:
+        return self.num_workers[0] if isinstance(self.num_workers, tuple) else self.num_workers
+
+    @property
+    def max_workers(self) -> int:
+        return self.num_workers[1] if isinstance(self.num_workers, tuple) else self.num_workers
+
     def to_proto(self) -> common_pb2.ScalingConfig:
         return common_pb2.ScalingConfig(
-            num_workers=self.num_workers,
+            num_workers=self.max_workers,
+            min_workers=self.min_workers if isinstance(self.num_workers, tuple) else 0,
             use_gpu=self.use_gpu,
             resources_per_worker=self.resources_per_worker or {},
             trainer_resources=self.trainer_resources or {},
@@ -69,8 +109,14 @@ class ScalingConfig:
 
     @classmethod
     def from_proto(cls, msg: common_pb2.ScalingConfig) -> ScalingConfig:
+        if msg.min_workers and not 1 <= msg.min_workers <= msg.num_workers:
+            raise InvalidArgumentError(
+                f"scaling_config.min_workers must be between 1 and num_workers ({msg.num_workers}), "
+                f"got {msg.min_workers}",
+                field="scaling_config.min_workers",
+            )
         return cls(
-            num_workers=msg.num_workers,
+            num_workers=(msg.min_workers, msg.num_workers) if msg.min_workers else msg.num_workers,
             use_gpu=msg.use_gpu,
             resources_per_worker=dict(msg.resources_per_worker) or None,
             trainer_resources=dict(msg.trainer_resources) or None,
@@ -175,7 +221,7 @@ class SyncConfig:
 
     def __post_init__(self) -> None:
         for name in ("sync_period_s", "sync_timeout_s"):
-            if getattr(self, name) < 0:
+            if not getattr(self, name) >= 0:  # NaN too
                 raise InvalidArgumentError(
                     f"run_config.sync_config.{name} must be >= 0", field=f"run_config.sync_config.{name}"
                 )
@@ -223,6 +269,13 @@ class RunConfig:
                 f"run_config.name must be 1-200 characters without '/', got {self.name!r}",
                 field="run_config.name",
             )
+        if self.storage_path is not None:
+            _check_storage_path(self.storage_path)
+        for key, value in (self.stop or {}).items():
+            if not isinstance(value, int | float) or math.isnan(value):
+                raise InvalidArgumentError(
+                    f"run_config.stop[{key!r}] must be a number, got {value!r}", field="run_config.stop"
+                )
         if self.failure_config is None:
             self.failure_config = FailureConfig()
         if self.checkpoint_config is None:

@@ -1,6 +1,7 @@
-"""The run controller: an explicit state machine driving one run's worker groups.
+"""The run controller: drives one run's worker groups through the lifecycle of ``run_state``.
 
-PENDING -> STARTING -> RUNNING -> (RESTARTING -> RUNNING)* -> SUCCEEDED | FAILED | CANCELLED
+The controller does the work (placement, backend setup, training, reports); every state
+change goes through ``_transition``, and what follows an attempt is ``run_state.after_attempt``.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from trainwire.v1 import common_pb2, coordinator_pb2, worker_reports_pb2
 from trainwire_coordinator.checkpoint_manager import CheckpointManager, flatten_metrics
 from trainwire_coordinator.failure_policy import FailurePolicy
 from trainwire_coordinator.preprocessors import build_preprocessor
+from trainwire_coordinator.run_state import TERMINAL, AttemptOutcome, ScalingPolicy, after_attempt, check_transition
 from trainwire_coordinator.worker_pool import WorkerPool
 from trainwire_worker.backends.base import Backend, DatasetSchema
 from trainwire_worker.datasets import ShardSpec
@@ -30,8 +32,7 @@ from trainwire_worker.worker_group import WorkerGroup
 
 logger = logging.getLogger(__name__)
 
-RunState = common_pb2.RunState
-TERMINAL = frozenset({common_pb2.SUCCEEDED, common_pb2.FAILED, common_pb2.CANCELLED})
+__all__ = ["ControllerDeps", "RunController", "bundles_for", "scaling_policy"]
 
 
 @dataclass
@@ -54,12 +55,23 @@ def _check_framework(worker: Any, module: str, framework: str, package: str) -> 
     require_installed(module, framework, package)
 
 
-def bundles_for(scaling: common_pb2.ScalingConfig) -> list[dict[str, float]]:
-    """One bundle per worker; trainer resources ride on the first."""
+def _worker_resources(scaling: common_pb2.ScalingConfig) -> dict[str, float]:
     per_worker = {k: v for k, v in scaling.resources_per_worker.items() if v > 0} or {"CPU": 1.0}
     if scaling.use_gpu:
         per_worker.setdefault("GPU", 1.0)
-    bundles = [dict(per_worker) for _ in range(scaling.num_workers)]
+    return per_worker
+
+
+def scaling_policy(scaling: common_pb2.ScalingConfig) -> ScalingPolicy:
+    """Fixed at ``num_workers``, or elastic from ``min_workers`` up to it."""
+    return ScalingPolicy(scaling.min_workers or scaling.num_workers, scaling.num_workers, _worker_resources(scaling))
+
+
+def bundles_for(scaling: common_pb2.ScalingConfig, num_workers: int | None = None) -> list[dict[str, float]]:
+    """One bundle per worker (``num_workers``, else the run's smallest group); trainer resources ride on the first."""
+    per_worker = _worker_resources(scaling)
+    count = num_workers or scaling.min_workers or scaling.num_workers
+    bundles = [dict(per_worker) for _ in range(count)]
     for key, value in scaling.trainer_resources.items():
         if value > 0:
             bundles[0][key] = bundles[0].get(key, 0) + value
@@ -125,6 +137,10 @@ class RunController:
         # The coordinator is stopping: end the attempt, leave the run for its successor.
         self._suspend_requested = False
         self._stop_reached = False
+        self.scaling = scaling_policy(request.scaling_config)
+        # The size of the current attempt's group, and the size the scaling policy asked for next.
+        self.world_size = 0
+        self._resize_to = 0
         self._preprocessor: Any = None
         self._commit_lock = asyncio.Lock()
         self._pending: dict[int, dict[int, worker_reports_pb2.TrainingReport]] = {}
@@ -154,10 +170,10 @@ class RunController:
             self.run.attempt += 1
             self.run.num_coordinator_restarts += 1
             where = f"from checkpoint {latest.checkpoint_id}" if latest is not None else "from the start"
-            await self._set_state(common_pb2.RESTARTING, f"the coordinator restarted; resuming {where}")
+            await self._transition(common_pb2.RESTARTING, f"the coordinator restarted; resuming {where}")
         except Exception as exc:  # noqa: BLE001 - a run that cannot be taken up still ends
             logger.exception("run %s: cannot resume", self.run.run_id)
-            await self._set_state(common_pb2.FAILED, f"the coordinator restarted and could not resume the run: {exc}")
+            await self._transition(common_pb2.FAILED, f"the coordinator restarted and could not resume the run: {exc}")
             return
         await self._main()
 
@@ -181,9 +197,11 @@ class RunController:
         if self.task is not None:
             await asyncio.shield(self.task)
 
-    async def _set_state(self, state: int, reason: str = "") -> None:
+    async def _transition(self, state: int, reason: str = "") -> None:
+        """The one place a run changes state: checked against the lifecycle, recorded, streamed."""
         if self.run.state == state and self.run.state_reason == reason:
             return
+        check_transition(self.run.state, state)
         self.run.state = state
         self.run.state_reason = reason
         # Event before record: a watcher that sees the end has the event too.
@@ -197,47 +215,46 @@ class RunController:
     async def _main(self) -> None:
         try:
             while True:
+                self._resize_to = 0
                 error = await self._run_attempt()
-                if self._suspend_requested:
-                    reason = "the coordinator is stopping; the next coordinator carries the run on"
-                    await self._set_state(common_pb2.RESTARTING, reason)
+                outcome = AttemptOutcome(
+                    error=error,
+                    cancelled=self._cancel_requested,
+                    suspended=self._suspend_requested,
+                    stop_reached=self._stop_reached,
+                    resize_to=self._resize_to,
+                    world_size=self.world_size,
+                )
+                decision = after_attempt(outcome, self.run.num_failures, self.policy)
+                if decision.counts_as_failure:
+                    assert error is not None
+                    self.run.num_failures += 1
+                    await self.deps.emit(coordinator_pb2.RunEvent(run_id=self.run.run_id, worker_error=error))
+                    if not decision.restart:
+                        self.run.error.CopyFrom(error)
+                await self._transition(decision.state, decision.reason)
+                if not decision.restart:
                     return
-                if self._cancel_requested:
-                    await self._set_state(common_pb2.CANCELLED, "cancelled by request")
-                    return
-                if error is None:
-                    reason = "stop criteria reached" if self._stop_reached else ""
-                    await self._set_state(common_pb2.SUCCEEDED, reason)
-                    return
-                self.run.num_failures += 1
-                await self.deps.emit(coordinator_pb2.RunEvent(run_id=self.run.run_id, worker_error=error))
-                summary = f"rank {error.world_rank} raised {error.exc_type}: {error.message}"
-                if self.policy.should_restart(self.run.num_failures, error):
-                    await self._set_state(
-                        common_pb2.RESTARTING, f"restart {self.run.num_failures} after failure: {summary}"
-                    )
-                    self.run.attempt += 1
-                    await asyncio.to_thread(self.checkpoints.remove_uncommitted)
-                    continue
-                self.run.error.CopyFrom(error)
-                await self._set_state(common_pb2.FAILED, summary)
-                return
+                self.run.attempt += 1
+                self._interrupt.clear()
+                await asyncio.to_thread(self.checkpoints.remove_uncommitted)
         except Exception as exc:  # noqa: BLE001 - a controller bug must still end the run
             logger.exception("run %s: controller failed", self.run.run_id)
             self.run.error.CopyFrom(_error_from_exception(-1, self.attempt, exc))
-            await self._set_state(common_pb2.FAILED, f"internal error in the coordinator: {exc}")
+            await self._transition(common_pb2.FAILED, f"internal error in the coordinator: {exc}")
 
     # --- one attempt -------------------------------------------------------------
-    async def _reserve(self) -> Any:
+    async def _reserve(self, num_workers: int) -> Any:
         scaling = self.request.scaling_config
-        pg = placement_group(bundles_for(scaling), strategy=scaling.placement_strategy or "PACK")
+        bundles = bundles_for(scaling, num_workers)
+        pg = placement_group(bundles, strategy=scaling.placement_strategy or "PACK")
         ready = asyncio.ensure_future(pg.ready())
         done, _ = await asyncio.wait([ready], timeout=self.deps.pending_reason_after_s)
         if not done:
             waiting = common_pb2.PENDING if self.attempt == 0 else common_pb2.RESTARTING
-            await self._set_state(
+            await self._transition(
                 waiting,
-                f"waiting for resources: {scaling.num_workers} workers x {bundles_for(scaling)[-1]} "
+                f"waiting for resources: {num_workers} workers x {bundles[-1]} "
                 f"(cluster has {ray.available_resources()} available)",
             )
             interrupt = asyncio.ensure_future(self._interrupt.wait())
@@ -246,9 +263,9 @@ class RunController:
             ready.cancel()  # no-op when ready; else the run was cancelled while waiting
         return pg
 
-    def _pool_key(self) -> tuple:
+    def _pool_key(self, num_workers: int) -> tuple:
         scaling = self.request.scaling_config
-        bundles = tuple(tuple(sorted(b.items())) for b in bundles_for(scaling))
+        bundles = tuple(tuple(sorted(b.items())) for b in bundles_for(scaling, num_workers))
         env = tuple(sorted(self.backend.worker_env(self.request).items()))
         return (self.backend.name, bundles, scaling.placement_strategy or "PACK", env)
 
@@ -257,21 +274,28 @@ class RunController:
 
         Returns None when the run was cancelled while it waited for resources.
         """
-        key = self._pool_key()
-        if self.backend.reuse_workers and (warm := self.deps.pool.acquire(key)) is not None:
-            await self._set_state(common_pb2.STARTING, "reusing warm workers")
-            return warm
+        if not self.scaling.elastic:
+            key = self._pool_key(self.scaling.max_workers)
+            if self.backend.reuse_workers and (warm := self.deps.pool.acquire(key)) is not None:
+                self.world_size = self.scaling.max_workers
+                await self._transition(common_pb2.STARTING, "reusing warm workers")
+                return warm
         # Idle pooled groups hold resources this run may need.
         self.deps.pool.evict_all()
-        pg = await self._reserve()
+        num_workers = self.scaling.min_workers
+        if self.scaling.elastic:
+            num_workers = self.scaling.workers_to_start(await asyncio.to_thread(ray.available_resources))
+        pg = await self._reserve(num_workers)
         if self._stop_requested():
             remove_placement_group(pg)
             return None
-        await self._set_state(common_pb2.STARTING)
+        self.world_size = num_workers
+        elastic = f"{num_workers} of up to {self.scaling.max_workers} workers" if self.scaling.elastic else ""
+        await self._transition(common_pb2.STARTING, elastic)
         scaling = self.request.scaling_config
         try:
             group = await WorkerGroup.start(
-                pg, scaling.num_workers, bundles_for(scaling)[-1], self.backend.worker_env(self.request)
+                pg, num_workers, bundles_for(scaling, num_workers)[-1], self.backend.worker_env(self.request)
             )
             await group.execute(_check_framework, self.backend.module, self.backend.name, self.backend.package)
         except BaseException:
@@ -299,7 +323,7 @@ class RunController:
             await self.backend.on_start(group, self.request)
             await self.backend.on_training_start(group, self.request)
             shards = await self._dataset_shards(len(group))
-            await self._set_state(common_pb2.RUNNING)
+            await self._transition(common_pb2.RUNNING)
             error = await self._train(group, shards)
             return error
         except Exception as exc:  # noqa: BLE001 - setup failures count as worker failures
@@ -314,8 +338,8 @@ class RunController:
                     await asyncio.wait_for(self.backend.on_shutdown(group, self.request), 10)
             except Exception:  # noqa: BLE001 - best effort on a group being torn down
                 clean = False
-            if clean and self.backend.reuse_workers:
-                await self.deps.pool.release(self._pool_key(), pg, group)
+            if clean and self.backend.reuse_workers and not self.scaling.elastic:
+                await self.deps.pool.release(self._pool_key(len(group)), pg, group)
             else:
                 group.shutdown(graceful=clean)
                 remove_placement_group(pg)
@@ -416,7 +440,7 @@ class RunController:
         by_rank = self._pending.setdefault(msg.report_index, {})
         by_rank[report.world_rank] = msg
         # Decide completeness before any await: reports of other ranks interleave here.
-        complete = len(by_rank) == self.request.scaling_config.num_workers
+        complete = len(by_rank) == self.world_size
         if complete:
             del self._pending[msg.report_index]
         if report.world_rank == 0:
@@ -442,6 +466,16 @@ class RunController:
             info = self.checkpoints.info(committed)
             self.refresh_checkpoints()
             await self.deps.emit(coordinator_pb2.RunEvent(run_id=self.run.run_id, checkpoint=info))
+        await self._maybe_resize()
+
+    async def _maybe_resize(self) -> None:
+        """At a checkpoint, asks the scaling policy whether a larger group would fit now."""
+        if not self.scaling.elastic or self._interrupt.is_set():
+            return
+        target = self.scaling.resize_to(self.world_size, await asyncio.to_thread(ray.available_resources))
+        if target:
+            self._resize_to = target
+            self._interrupt.set()
 
     def refresh_checkpoints(self) -> None:
         latest = self.checkpoints.latest

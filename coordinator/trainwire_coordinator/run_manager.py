@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import posixpath
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -22,18 +21,19 @@ from trainwire.errors import (
     ResourceExhaustedError,
     TrainwireError,
 )
-from trainwire.storage import Store
+from trainwire.storage import Store, is_relative_path
 from trainwire.tls import ClientTLS
 from trainwire.v1 import common_pb2, coordinator_pb2, worker_reports_pb2
 from trainwire_coordinator.checkpoint_manager import CheckpointManager
 from trainwire_coordinator.checkpoint_uploads import receive_checkpoint
-from trainwire_coordinator.controller import TERMINAL, ControllerDeps, RunController, bundles_for
+from trainwire_coordinator.controller import ControllerDeps, RunController, bundles_for
 from trainwire_coordinator.datasets import DatasetService
 from trainwire_coordinator.events import EventLog
 from trainwire_coordinator.failure_policy import FailurePolicy
 from trainwire_coordinator.metadata import MetadataStore, RunRecord
 from trainwire_coordinator.preprocessors import build_preprocessor
 from trainwire_coordinator.report_checks import ReportSecrets, check_report
+from trainwire_coordinator.run_state import ACTIVE, TERMINAL
 from trainwire_coordinator.worker_pool import WorkerPool
 from trainwire_worker.backends import get_backend
 
@@ -60,10 +60,10 @@ def _record(run: coordinator_pb2.Run, idempotency_key: str = "") -> RunRecord:
 
 def check_feasible(scaling: common_pb2.ScalingConfig, total: dict[str, float], num_nodes: int) -> None:
     """Raises ResourceExhaustedError when the cluster can never hold the run."""
-    bundles = bundles_for(scaling)
-    if scaling.placement_strategy == "STRICT_SPREAD" and scaling.num_workers > num_nodes:
+    bundles = bundles_for(scaling)  # an elastic run needs room for its smallest group only
+    if scaling.placement_strategy == "STRICT_SPREAD" and len(bundles) > num_nodes:
         raise ResourceExhaustedError(
-            f"the run can never be placed: STRICT_SPREAD puts each of {scaling.num_workers} workers on its own "
+            f"the run can never be placed: STRICT_SPREAD puts each of {len(bundles)} workers on its own "
             f"node but the cluster has {num_nodes}; use SPREAD or PACK, or fewer workers",
             field="scaling_config.placement_strategy",
         )
@@ -75,7 +75,7 @@ def check_feasible(scaling: common_pb2.ScalingConfig, total: dict[str, float], n
     if short:
         detail = ", ".join(f"{v:g} {k} (cluster has {have:g})" for k, (v, have) in short.items())
         raise ResourceExhaustedError(
-            f"the run can never be placed: {scaling.num_workers} workers x {bundles[-1]} need {detail}; "
+            f"the run can never be placed: {len(bundles)} workers x {bundles[-1]} need {detail}; "
             "lower scaling_config.num_workers or resources_per_worker",
             field="scaling_config.num_workers",
         )
@@ -129,7 +129,7 @@ class RunManager:
         passes this coordinator's checks (its dataset is gone, pickled code is now refused)
         fails with the reason.
         """
-        active = [common_pb2.PENDING, common_pb2.STARTING, common_pb2.RUNNING, common_pb2.RESTARTING]
+        active = sorted(ACTIVE)
         records: list[RunRecord] = []
         token = ""
         while True:
@@ -189,7 +189,7 @@ class RunManager:
             try:
                 ckpt = Checkpoint(request.resume_from_checkpoint)
                 exists = ckpt.filesystem.get_file_info(ckpt.path).type != pafs.FileType.NotFound
-            except InvalidArgumentError:
+            except (InvalidArgumentError, OSError):
                 exists = False
             if not exists:
                 raise InvalidArgumentError(
@@ -380,16 +380,17 @@ def checkpoint_location(runs: RunManager, checkpoint: str) -> tuple[Store, str]:
     if not checkpoint:
         raise InvalidArgumentError("checkpoint is required", field="checkpoint")
     if "://" in checkpoint:
-        ckpt = Checkpoint(checkpoint)
-        runs_dir = runs.store.path("runs") + "/"
-        same_fs = type(ckpt.filesystem) is type(runs.store.fs)
-        if not same_fs or not posixpath.normpath(ckpt.path).startswith(runs_dir):
-            # A URI anywhere else would let a caller read any file the coordinator can.
+        # Compared as text and read through the store's own filesystem: a URI anywhere else would let a
+        # caller read any file the coordinator can, or make it open filesystems (hosts) of the caller's choice.
+        prefix = runs.store.uri + "/runs/"
+        rel = checkpoint.split("?", 1)[0][len(prefix) :] if checkpoint.startswith(prefix) else ""
+        if not is_relative_path(rel):
             raise PermissionDeniedError(
                 "only checkpoints in the coordinator's store can be named by URI; use <run>/<checkpoint id>",
                 field="checkpoint",
             )
-        return Store.for_filesystem(ckpt.filesystem, ckpt.path), ckpt.path
+        path = runs.store.path("runs", rel)
+        return Store.for_filesystem(runs.store.fs, path), path
     run_ref, _, checkpoint_id = checkpoint.partition("/")
     run = runs.get_run(run_ref)
     if not checkpoint_id:

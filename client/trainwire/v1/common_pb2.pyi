@@ -31,7 +31,7 @@ FAILED: RunState
 CANCELLED: RunState
 
 class ScalingConfig(_message.Message):
-    __slots__ = ("num_workers", "use_gpu", "resources_per_worker", "trainer_resources", "placement_strategy")
+    __slots__ = ("num_workers", "use_gpu", "resources_per_worker", "trainer_resources", "placement_strategy", "min_workers")
     class ResourcesPerWorkerEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -51,12 +51,14 @@ class ScalingConfig(_message.Message):
     RESOURCES_PER_WORKER_FIELD_NUMBER: _ClassVar[int]
     TRAINER_RESOURCES_FIELD_NUMBER: _ClassVar[int]
     PLACEMENT_STRATEGY_FIELD_NUMBER: _ClassVar[int]
+    MIN_WORKERS_FIELD_NUMBER: _ClassVar[int]
     num_workers: int
     use_gpu: bool
     resources_per_worker: _containers.ScalarMap[str, float]
     trainer_resources: _containers.ScalarMap[str, float]
     placement_strategy: str
-    def __init__(self, num_workers: _Optional[int] = ..., use_gpu: _Optional[bool] = ..., resources_per_worker: _Optional[_Mapping[str, float]] = ..., trainer_resources: _Optional[_Mapping[str, float]] = ..., placement_strategy: _Optional[str] = ...) -> None: ...
+    min_workers: int
+    def __init__(self, num_workers: _Optional[int] = ..., use_gpu: _Optional[bool] = ..., resources_per_worker: _Optional[_Mapping[str, float]] = ..., trainer_resources: _Optional[_Mapping[str, float]] = ..., placement_strategy: _Optional[str] = ..., min_workers: _Optional[int] = ...) -> None: ...
 
 class FailureConfig(_message.Message):
     __slots__ = ("max_failures", "fail_fast")

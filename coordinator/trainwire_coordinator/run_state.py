@@ -1,0 +1,140 @@
+"""The run lifecycle as plain data: states, the transitions allowed, and what follows an attempt.
+
+    PENDING -> STARTING -> RUNNING -> (RESTARTING -> STARTING -> RUNNING)* -> SUCCEEDED | FAILED | CANCELLED
+
+RESTARTING covers every new worker group of a run: after a worker failure (counted against
+``FailureConfig.max_failures``), after an elastic resize, and when a new coordinator takes a run
+over (neither counted). The controller applies the decisions; this module decides, with the
+injected failure and scaling policies, and is tested without Ray.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from trainwire.v1 import common_pb2
+
+PENDING, STARTING, RUNNING, RESTARTING = (
+    common_pb2.PENDING,
+    common_pb2.STARTING,
+    common_pb2.RUNNING,
+    common_pb2.RESTARTING,
+)
+SUCCEEDED, FAILED, CANCELLED = common_pb2.SUCCEEDED, common_pb2.FAILED, common_pb2.CANCELLED
+TERMINAL = frozenset({SUCCEEDED, FAILED, CANCELLED})
+ACTIVE = frozenset({PENDING, STARTING, RUNNING, RESTARTING})
+
+# A state may also follow itself with a new reason (a wait that says what it waits for).
+TRANSITIONS: dict[int, frozenset[int]] = {
+    PENDING: frozenset({PENDING, STARTING, RESTARTING, FAILED, CANCELLED}),
+    STARTING: frozenset({STARTING, RUNNING, RESTARTING, FAILED, CANCELLED}),
+    RUNNING: frozenset({RUNNING, RESTARTING, SUCCEEDED, FAILED, CANCELLED}),
+    RESTARTING: frozenset({RESTARTING, STARTING, FAILED, CANCELLED}),
+}
+
+
+class IllegalTransitionError(RuntimeError):
+    """A controller bug: it tried a transition the lifecycle does not have."""
+
+
+def check_transition(current: int, new: int) -> None:
+    """Raises IllegalTransitionError unless ``new`` may follow ``current``."""
+    if new not in TRANSITIONS.get(current, frozenset()):
+        name = common_pb2.RunState.Name
+        raise IllegalTransitionError(f"a run cannot go from {name(current)} to {name(new)}")
+
+
+@dataclass(frozen=True)
+class AttemptOutcome:
+    """How one worker group's attempt ended."""
+
+    error: common_pb2.WorkerError | None = None
+    cancelled: bool = False
+    # The coordinator is stopping; its successor carries the run on.
+    suspended: bool = False
+    stop_reached: bool = False
+    # Set when the scaling policy asked for a group of another size.
+    resize_to: int = 0
+    world_size: int = 0
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The next state and whether another attempt follows."""
+
+    state: int
+    reason: str
+    restart: bool = False
+    counts_as_failure: bool = False
+
+
+class FailurePolicyLike(Protocol):
+    """What ``after_attempt`` needs of a failure policy."""
+
+    def should_restart(self, num_failures: int, error: common_pb2.WorkerError) -> bool: ...
+
+
+def after_attempt(outcome: AttemptOutcome, num_failures: int, failure_policy: FailurePolicyLike) -> Decision:
+    """The one transition function for the end of an attempt.
+
+    Args:
+        outcome: How the attempt ended.
+        num_failures: Failures counted before this attempt.
+        failure_policy: Decides whether a failed group restarts.
+    """
+    if outcome.suspended:
+        return Decision(RESTARTING, "the coordinator is stopping; the next coordinator carries the run on")
+    if outcome.cancelled:
+        return Decision(CANCELLED, "cancelled by request")
+    if outcome.error is not None:
+        error = outcome.error
+        failures = num_failures + 1
+        summary = f"rank {error.world_rank} raised {error.exc_type}: {error.message}"
+        if failure_policy.should_restart(failures, error):
+            return Decision(RESTARTING, f"restart {failures} after failure: {summary}", True, True)
+        return Decision(FAILED, summary, counts_as_failure=True)
+    if outcome.stop_reached:
+        return Decision(SUCCEEDED, "stop criteria reached")
+    if outcome.resize_to:
+        reason = f"resizing from {outcome.world_size} to {outcome.resize_to} workers at a checkpoint"
+        return Decision(RESTARTING, reason, True)
+    return Decision(SUCCEEDED, "")
+
+
+class ScalingPolicy:
+    """How many workers an attempt gets: fixed, or elastic between ``min_workers`` and ``max_workers``.
+
+    As in Ray Train V2, an elastic run starts with as many workers as the cluster can place
+    now (at least ``min_workers``) and grows at a checkpoint when more would fit.
+
+    Args:
+        min_workers: The fewest workers a run may train with.
+        max_workers: The most it asks for.
+        worker_resources: What one worker reserves, e.g. {"CPU": 1}.
+    """
+
+    def __init__(self, min_workers: int, max_workers: int, worker_resources: dict[str, float]) -> None:
+        self.min_workers = min_workers
+        self.max_workers = max_workers
+        self.worker_resources = worker_resources
+
+    @property
+    def elastic(self) -> bool:
+        return self.min_workers < self.max_workers
+
+    def _fits(self, available: dict[str, float]) -> int:
+        """How many more workers the available resources hold."""
+        counts = [int(available.get(k, 0.0) // v) for k, v in self.worker_resources.items() if v > 0]
+        return min(counts) if counts else self.max_workers
+
+    def workers_to_start(self, available: dict[str, float]) -> int:
+        """The group size for a new attempt; ``min_workers`` when even that must wait."""
+        return max(self.min_workers, min(self.max_workers, self._fits(available)))
+
+    def resize_to(self, current: int, available: dict[str, float]) -> int:
+        """A larger size when more workers would fit beside the current group; else 0."""
+        if not self.elastic or current >= self.max_workers:
+            return 0
+        target = min(self.max_workers, current + self._fits(available))
+        return target if target > current else 0

@@ -1,0 +1,138 @@
+"""The run lifecycle as plain logic: transitions, decisions after an attempt, elastic sizing (no Ray)."""
+
+from __future__ import annotations
+
+import pytest
+
+from trainwire import FailureConfig, ScalingConfig
+from trainwire.errors import InvalidArgumentError
+from trainwire.v1 import common_pb2
+from trainwire_coordinator.failure_policy import FailurePolicy
+from trainwire_coordinator.run_state import (
+    ACTIVE,
+    CANCELLED,
+    FAILED,
+    PENDING,
+    RESTARTING,
+    RUNNING,
+    STARTING,
+    SUCCEEDED,
+    TERMINAL,
+    TRANSITIONS,
+    AttemptOutcome,
+    IllegalTransitionError,
+    ScalingPolicy,
+    after_attempt,
+    check_transition,
+)
+
+ERROR = common_pb2.WorkerError(world_rank=1, exc_type="RuntimeError", message="boom")
+
+
+def test_terminal_states_have_no_way_out():
+    for state in TERMINAL:
+        for new in ACTIVE | TERMINAL:
+            with pytest.raises(IllegalTransitionError):
+                check_transition(state, new)
+
+
+@pytest.mark.parametrize(
+    ("current", "new"),
+    [(PENDING, RUNNING), (PENDING, SUCCEEDED), (RESTARTING, RUNNING), (STARTING, SUCCEEDED), (RUNNING, STARTING)],
+)
+def test_illegal_shortcuts_are_refused(current, new):
+    with pytest.raises(IllegalTransitionError, match="cannot go from"):
+        check_transition(current, new)
+
+
+def test_every_active_state_can_end_and_be_taken_over():
+    for state in ACTIVE:
+        assert {FAILED, CANCELLED, RESTARTING} <= TRANSITIONS[state]
+
+
+def test_the_happy_path_is_legal():
+    path = [PENDING, STARTING, RUNNING, RESTARTING, STARTING, RUNNING, SUCCEEDED]
+    for current, new in zip(path, path[1:]):
+        check_transition(current, new)
+
+
+def test_a_failure_restarts_while_the_policy_allows():
+    policy = FailurePolicy(FailureConfig(max_failures=1))
+    first = after_attempt(AttemptOutcome(error=ERROR), 0, policy)
+    assert (first.state, first.restart, first.counts_as_failure) == (RESTARTING, True, True)
+    assert first.reason == "restart 1 after failure: rank 1 raised RuntimeError: boom"
+    second = after_attempt(AttemptOutcome(error=ERROR), 1, policy)
+    assert (second.state, second.restart, second.counts_as_failure) == (FAILED, False, True)
+    assert second.reason == "rank 1 raised RuntimeError: boom"
+
+
+def test_fail_fast_never_restarts():
+    decision = after_attempt(
+        AttemptOutcome(error=ERROR), 0, FailurePolicy(FailureConfig(max_failures=-1, fail_fast=True))
+    )
+    assert decision.state == FAILED
+
+
+def test_a_stopping_coordinator_leaves_the_run_for_its_successor():
+    decision = after_attempt(AttemptOutcome(suspended=True, cancelled=True), 0, FailurePolicy(FailureConfig()))
+    assert (decision.state, decision.restart, decision.counts_as_failure) == (RESTARTING, False, False)
+
+
+def test_cancel_wins_over_an_error_and_a_resize():
+    decision = after_attempt(
+        AttemptOutcome(error=ERROR, cancelled=True, resize_to=4), 0, FailurePolicy(FailureConfig())
+    )
+    assert (decision.state, decision.counts_as_failure) == (CANCELLED, False)
+
+
+def test_a_resize_restarts_without_counting_a_failure():
+    decision = after_attempt(AttemptOutcome(resize_to=4, world_size=2), 0, FailurePolicy(FailureConfig()))
+    assert (decision.state, decision.restart, decision.counts_as_failure) == (RESTARTING, True, False)
+    assert decision.reason == "resizing from 2 to 4 workers at a checkpoint"
+
+
+def test_stop_criteria_end_the_run_even_when_a_resize_was_asked():
+    decision = after_attempt(AttemptOutcome(stop_reached=True, resize_to=4), 0, FailurePolicy(FailureConfig()))
+    assert (decision.state, decision.reason) == (SUCCEEDED, "stop criteria reached")
+
+
+def test_elastic_policy_starts_with_what_fits_and_grows_to_max():
+    policy = ScalingPolicy(2, 6, {"CPU": 1.0})
+    assert policy.workers_to_start({"CPU": 3.5}) == 3
+    assert policy.workers_to_start({"CPU": 0.0}) == 2  # waits for the minimum
+    assert policy.workers_to_start({"CPU": 64.0}) == 6
+    assert policy.resize_to(3, {"CPU": 0.5}) == 0
+    assert policy.resize_to(3, {"CPU": 2.0}) == 5
+    assert policy.resize_to(3, {"CPU": 9.0}) == 6
+    assert policy.resize_to(6, {"CPU": 9.0}) == 0
+
+
+def test_elastic_policy_counts_every_resource_a_worker_needs():
+    policy = ScalingPolicy(1, 8, {"CPU": 2.0, "GPU": 1.0})
+    assert policy.workers_to_start({"CPU": 16.0, "GPU": 3.0}) == 3
+    assert policy.workers_to_start({"CPU": 5.0, "GPU": 8.0}) == 2
+
+
+def test_a_fixed_group_never_resizes():
+    assert ScalingPolicy(4, 4, {"CPU": 1.0}).resize_to(4, {"CPU": 100.0}) == 0
+
+
+def test_scaling_config_takes_min_max_as_ray_train_v2():
+    config = ScalingConfig(num_workers=(2, 4))
+    proto = config.to_proto()
+    assert (proto.num_workers, proto.min_workers) == (4, 2)
+    assert ScalingConfig.from_proto(proto).num_workers == (2, 4)
+    assert ScalingConfig(num_workers=(3, 3)).num_workers == 3
+
+
+@pytest.mark.parametrize("bad", [(0, 2), (3, 2), (1, 2, 3), (1.5, 2), "2"])
+def test_bad_elastic_bounds_name_the_field(bad):
+    with pytest.raises(InvalidArgumentError) as info:
+        ScalingConfig(num_workers=bad)
+    assert info.value.field == "scaling_config.num_workers"
+
+
+def test_min_workers_on_the_wire_is_checked():
+    with pytest.raises(InvalidArgumentError) as info:
+        ScalingConfig.from_proto(common_pb2.ScalingConfig(num_workers=2, min_workers=3))
+    assert info.value.field == "scaling_config.min_workers"
