@@ -25,13 +25,27 @@ NUM_ROWS = 7
 TOKEN = "node-quickstart-token"
 
 
+def _installed_as_locked(directory: Path) -> bool:
+    """True when node_modules holds exactly the package versions of package-lock.json."""
+    try:
+        installed = json.loads((directory / "node_modules" / ".package-lock.json").read_text())["packages"]
+    except (OSError, ValueError, KeyError):
+        return False
+    locked = json.loads((directory / "package-lock.json").read_text())["packages"]
+    return {k: v.get("version") for k, v in installed.items()} == {
+        k: v.get("version")
+        for k, v in locked.items()
+        if k  # "" is the project itself
+    }
+
+
 @pytest.fixture(scope="module")
 def node_dir() -> Path:
     """clients/node with its locked dependencies installed (``npm ci`` when node_modules is missing)."""
     node, npm = shutil.which("node"), shutil.which("npm")
     if node is None or npm is None:
         pytest.skip("node and npm are not on PATH: the Node.js client cannot be tested here")
-    if not (NODE_DIR / "node_modules" / ".package-lock.json").exists():
+    if not _installed_as_locked(NODE_DIR):
         proc = subprocess.run(
             [npm, "ci", "--no-audit", "--no-fund"], cwd=NODE_DIR, capture_output=True, text=True, timeout=240
         )
@@ -133,3 +147,21 @@ def test_quickstart_rejects_bad_usage_before_any_call(node_dir, tmp_path):
     # A parquet URI is passed through, but rows to score must come from a local csv/arrow file.
     proc = run_node(node_dir, ["--label", "target", "--dataset", f"train={tmp_path / 'x.parquet'}"])
     assert proc.returncode == 2 and "give --rows FILE" in proc.stderr
+
+
+def test_quickstart_exits_nonzero_when_the_run_fails(node_dir, coordinator_address, cancer_data, tmp_path):
+    train_csv = tmp_path / "train.csv"
+    cancer_data[0].to_csv(train_csv, index=False)
+    common = [coordinator_address, "127.0.0.1:1", "--dataset", f"train={train_csv}", "--name", "node-quickstart-bad"]
+    # Refused by Fit: the coordinator's status and message reach the caller.
+    proc = run_node(node_dir, [*common, "--label", "no_such_column"])
+    assert proc.returncode == 1
+    assert "INVALID_ARGUMENT" in proc.stderr and "label column 'no_such_column'" in proc.stderr
+    # Accepted, then failed on the workers: the run's end is printed, the exit status is 1.
+    proc = run_node(node_dir, [*common, "--label", "target", "--params", '{"objective": "no:such"}'])
+    assert proc.returncode == 1, proc.stderr
+    lines = [json.loads(line) for line in proc.stdout.splitlines()]
+    errors = [line for line in lines if line["event"] == "worker_error"]
+    assert errors and errors[0]["exc_type"] == "XGBoostError" and "no:such" in errors[0]["message"]
+    assert lines[-1]["event"] == "run_ended" and lines[-1]["state"] == "FAILED"
+    assert "ended FAILED: rank 0: XGBoostError" in proc.stderr and "Traceback" in proc.stderr
