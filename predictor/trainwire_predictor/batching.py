@@ -6,6 +6,10 @@ together in the next call. Only models whose answer for a row does not depend
 on the other rows of the batch (``Predictor.batch_invariant``, e.g. tree
 ensembles) are batched, so every answer equals the in-process one. Requests
 batch only with requests of the same input form and dtypes.
+
+Each request's Timing gets its queue, input, infer and output times, and each
+model call is reported to the recorder as one execution (the statistics and
+metrics).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from trainwire.errors import InvalidArgumentError, TrainwireError
 from trainwire.inference import grpc_service_pb2 as pb
 from trainwire_predictor.codec import decode_inputs, encode_response, to_batch
 from trainwire_predictor.model_repository import LoadedModel
+from trainwire_predictor.statistics import Recorder, Timing, now_ns
 
 # Errors a model raises on input it cannot score (wrong width, bad values): the caller's fault.
 SCORING_ERRORS = (ValueError, TypeError, KeyError, IndexError, RuntimeError)
@@ -40,10 +45,28 @@ def score(request: pb.ModelInferRequest, model: LoadedModel, batch: Batch) -> di
         ) from exc
 
 
-def infer_sync(request: pb.ModelInferRequest, model: LoadedModel) -> pb.ModelInferResponse:
+def infer_sync(
+    request: pb.ModelInferRequest,
+    model: LoadedModel,
+    timing: Timing | None = None,
+    recorder: Recorder | None = None,
+) -> pb.ModelInferResponse:
     """Decodes, scores and encodes one request (on a worker thread)."""
+    t0 = now_ns()
     arrays, raw = decode_inputs(request)
-    return encode_response(request, model, score(request, model, to_batch(arrays, model)), raw)
+    batch = to_batch(arrays, model)
+    t1 = now_ns()
+    out = score(request, model, batch)
+    t2 = now_ns()
+    response = encode_response(request, model, out, raw)
+    t3 = now_ns()
+    if timing is not None:
+        timing.queue_ns = t0 - timing.enqueued_ns
+        timing.input_ns, timing.infer_ns, timing.output_ns = t1 - t0, t2 - t1, t3 - t2
+        timing.rows = _rows(batch)
+    if recorder is not None:
+        recorder.execution(model.ref, _rows(batch), t1 - t0, t2 - t1, t3 - t2)
+    return response
 
 
 def _signature(batch: Batch) -> tuple[Any, ...]:
@@ -63,10 +86,12 @@ def _concat(batches: list[Batch]) -> Batch:
 
 
 class _Item:
-    __slots__ = ("request", "batch", "raw", "future")
+    __slots__ = ("request", "batch", "raw", "future", "timing")
 
-    def __init__(self, request: pb.ModelInferRequest, batch: Batch, raw: bool, future: asyncio.Future) -> None:
-        self.request, self.batch, self.raw, self.future = request, batch, raw, future
+    def __init__(
+        self, request: pb.ModelInferRequest, batch: Batch, raw: bool, future: asyncio.Future, timing: Timing
+    ) -> None:
+        self.request, self.batch, self.raw, self.future, self.timing = request, batch, raw, future, timing
 
 
 class Batcher:
@@ -76,24 +101,37 @@ class Batcher:
         executor: The worker threads that run model compute.
         max_inflight: Model calls at once per model and input form.
         max_rows: Most rows in one batched call.
+        recorder: Told of every model call (an execution), for statistics and metrics.
     """
 
-    def __init__(self, executor: Executor, max_inflight: int = 1, max_rows: int = 8192) -> None:
+    def __init__(
+        self, executor: Executor, max_inflight: int = 1, max_rows: int = 8192, recorder: Recorder | None = None
+    ) -> None:
         self.executor = executor
+        self.recorder = recorder
         self.max_inflight = max(1, max_inflight)
         self.max_rows = max_rows
         self._queues: dict[Any, collections.deque[_Item]] = collections.defaultdict(collections.deque)
         self._inflight: collections.Counter[Any] = collections.Counter()
 
-    async def infer(self, request: pb.ModelInferRequest, model: LoadedModel) -> pb.ModelInferResponse:
+    async def infer(
+        self, request: pb.ModelInferRequest, model: LoadedModel, timing: Timing | None = None
+    ) -> pb.ModelInferResponse:
+        """Scores one request; ``timing`` (when given) gets where its time went."""
         loop = asyncio.get_running_loop()
+        timing = timing if timing is not None else Timing()
         if not model.predictor.batch_invariant:
-            return await loop.run_in_executor(self.executor, infer_sync, request, model)
+            timing.enqueued_ns = now_ns()
+            return await loop.run_in_executor(self.executor, infer_sync, request, model, timing, self.recorder)
         # Decoding raw tensors is cheap (frombuffer); a bad request fails here, alone.
+        t0 = now_ns()
         arrays, raw = decode_inputs(request)
         batch = to_batch(arrays, model)
+        timing.enqueued_ns = now_ns()
+        timing.input_ns = timing.enqueued_ns - t0
+        timing.rows = _rows(batch)
         key = (model.ref.key, _signature(batch))
-        item = _Item(request, batch, raw, loop.create_future())
+        item = _Item(request, batch, raw, loop.create_future(), timing)
         self._queues[key].append(item)
         if self._inflight[key] < self.max_inflight:
             self._launch(key, model)
@@ -111,7 +149,7 @@ class Batcher:
         if not items:
             return
         self._inflight[key] += 1
-        task = asyncio.get_running_loop().run_in_executor(self.executor, self._score_items, model, items)
+        task = asyncio.get_running_loop().run_in_executor(self.executor, self._score_items, model, items, self.recorder)
         task.add_done_callback(lambda done: self._finished(key, model, items, done))
 
     def _finished(self, key: Any, model: LoadedModel, items: list[_Item], done: asyncio.Future) -> None:
@@ -131,31 +169,51 @@ class Batcher:
             self._launch(key, model)
 
     @staticmethod
-    def _score_items(model: LoadedModel, items: list[_Item]) -> list[pb.ModelInferResponse | BaseException]:
+    def _score_items(
+        model: LoadedModel, items: list[_Item], recorder: Recorder | None = None
+    ) -> list[pb.ModelInferResponse | BaseException]:
         """One model call for all items; if it fails, each alone, so only the bad one errs."""
+        started = now_ns()
+        for item in items:
+            item.timing.queue_ns = started - item.timing.enqueued_ns
         if len(items) > 1:
             try:
-                out = model.predictor.predict_columns(_concat([i.batch for i in items]))
+                batch = _concat([i.batch for i in items])
+                t0 = now_ns()
+                out = model.predictor.predict_columns(batch)
+                t1 = now_ns()
                 total = sum(_rows(i.batch) for i in items)
                 if all(len(v) == total for v in out.values()):
                     results: list[pb.ModelInferResponse | BaseException] = []
                     start = 0
                     for item in items:
                         end = start + _rows(item.batch)
+                        e0 = now_ns()
                         try:
                             part = {name: arr[start:end] for name, arr in out.items()}
                             results.append(encode_response(item.request, model, part, item.raw))
                         except Exception as exc:  # noqa: BLE001 - answered to its own caller
                             results.append(exc)
+                        # Each batched request waited for the whole call, as in Triton's statistics.
+                        item.timing.infer_ns, item.timing.output_ns = t1 - t0, now_ns() - e0
                         start = end
+                    if recorder is not None:
+                        input_ns = t0 - started + sum(i.timing.input_ns for i in items)
+                        recorder.execution(model.ref, total, input_ns, t1 - t0, now_ns() - t1)
                     return results
             except Exception:  # noqa: BLE001, S110 - scored one by one below to find the culprit
                 pass
         results = []
         for item in items:
             try:
+                t0 = now_ns()
                 part = score(item.request, model, item.batch)
+                t1 = now_ns()
                 results.append(encode_response(item.request, model, part, item.raw))
+                t2 = now_ns()
+                item.timing.infer_ns, item.timing.output_ns = t1 - t0, t2 - t1
+                if recorder is not None:
+                    recorder.execution(model.ref, _rows(item.batch), item.timing.input_ns, t1 - t0, t2 - t1)
             except Exception as exc:  # noqa: BLE001 - answered to its own caller
                 results.append(exc)
         return results

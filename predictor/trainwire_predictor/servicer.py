@@ -8,13 +8,14 @@ from collections.abc import AsyncIterator
 
 import grpc
 
-from trainwire.errors import FailedPreconditionError, NotFoundError, TrainwireError
+from trainwire.errors import FailedPreconditionError, InvalidArgumentError, NotFoundError, TrainwireError
 from trainwire.grpc_status import handle_errors
 from trainwire.inference import grpc_service_pb2 as pb
 from trainwire.inference import grpc_service_pb2_grpc as pb_grpc
 from trainwire_predictor import __version__
 from trainwire_predictor.batching import Batcher
 from trainwire_predictor.model_repository import ModelRepository
+from trainwire_predictor.statistics import Recorder, Recorders, Statistics, Timing, now_ns
 
 logger = logging.getLogger(__name__)
 Context = grpc.aio.ServicerContext
@@ -27,16 +28,37 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         models: Resolution and the loaded-model cache.
         batcher: Runs model compute off the event loop, batching concurrent requests where safe.
         stream_window: Requests of one stream scored at once (answers keep request order).
+        statistics: What ModelStatistics answers from (default: a new, empty one).
+        recorders: Also told of every request and model call (e.g. the Prometheus metrics).
     """
 
-    def __init__(self, models: ModelRepository, batcher: Batcher, stream_window: int = 16) -> None:
+    def __init__(
+        self,
+        models: ModelRepository,
+        batcher: Batcher,
+        stream_window: int = 16,
+        statistics: Statistics | None = None,
+        recorders: list[Recorder] | None = None,
+    ) -> None:
         self.models = models
         self.batcher = batcher
         self.stream_window = stream_window
+        self.statistics = statistics if statistics is not None else Statistics()
+        self.recorder = Recorders([self.statistics, *(recorders or [])])
+        if batcher.recorder is None:
+            batcher.recorder = self.recorder
 
     async def infer(self, request: pb.ModelInferRequest) -> pb.ModelInferResponse:
+        timing = Timing()
+        # A request whose model is not found counts for no model (as in Triton).
         model = await self.models.get(request.model_name, request.model_version)
-        return await self.batcher.infer(request, model)
+        try:
+            response = await self.batcher.infer(request, model, timing)
+        except Exception:
+            self.recorder.failure(model.ref, now_ns() - timing.start_ns)
+            raise
+        self.recorder.success(model.ref, timing, now_ns() - timing.start_ns)
+        return response
 
     @handle_errors
     async def ServerLive(self, request: pb.ServerLiveRequest, context: Context) -> pb.ServerLiveResponse:
@@ -49,7 +71,9 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     @handle_errors
     async def ServerMetadata(self, request: pb.ServerMetadataRequest, context: Context) -> pb.ServerMetadataResponse:
         return pb.ServerMetadataResponse(
-            name="trainwire-predictor", version=__version__, extensions=["model_repository", "model_stream_infer"]
+            name="trainwire-predictor",
+            version=__version__,
+            extensions=["model_repository", "model_stream_infer", "statistics"],
         )
 
     @handle_errors
@@ -122,6 +146,19 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
                     parameters=params,
                 ),
             )
+
+    @handle_errors
+    async def ModelStatistics(self, request: pb.ModelStatisticsRequest, context: Context) -> pb.ModelStatisticsResponse:
+        if not request.name:
+            if request.version:
+                raise InvalidArgumentError("a version needs a model name", field="version")
+            return pb.ModelStatisticsResponse(model_stats=self.statistics.snapshot())
+        # The name (a run name or id) and version must exist; the model need not be loaded.
+        ref = await self.models.resolve(request.name, request.version)
+        stats = self.statistics.snapshot(ref.run_id, request.version and ref.checkpoint_id, request.name)
+        if not stats:
+            stats = [self.statistics.zero(ref, request.name)]
+        return pb.ModelStatisticsResponse(model_stats=stats)
 
     @handle_errors
     async def RepositoryIndex(self, request: pb.RepositoryIndexRequest, context: Context) -> pb.RepositoryIndexResponse:

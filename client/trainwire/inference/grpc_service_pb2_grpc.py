@@ -69,6 +69,11 @@ class GRPCInferenceServiceStub:
                 request_serializer=trainwire_dot_inference_dot_grpc__service__pb2.ModelInferRequest.SerializeToString,
                 response_deserializer=trainwire_dot_inference_dot_grpc__service__pb2.ModelStreamInferResponse.FromString,
                 _registered_method=True)
+        self.ModelStatistics = channel.unary_unary(
+                '/inference.GRPCInferenceService/ModelStatistics',
+                request_serializer=trainwire_dot_inference_dot_grpc__service__pb2.ModelStatisticsRequest.SerializeToString,
+                response_deserializer=trainwire_dot_inference_dot_grpc__service__pb2.ModelStatisticsResponse.FromString,
+                _registered_method=True)
         self.RepositoryIndex = channel.unary_unary(
                 '/inference.GRPCInferenceService/RepositoryIndex',
                 request_serializer=trainwire_dot_inference_dot_grpc__service__pb2.RepositoryIndexRequest.SerializeToString,
@@ -140,6 +145,16 @@ class GRPCInferenceServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ModelStatistics(self, request, context):
+        """Cumulative inference statistics per model and version since the predictor
+        started (Triton's statistics extension; tritonclient's
+        get_inference_statistics). An empty name means every model that has
+        statistics; an empty version, every version of the model.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def RepositoryIndex(self, request, context):
         """The models in the repository (the runs with committed checkpoints).
         """
@@ -198,6 +213,11 @@ def add_GRPCInferenceServiceServicer_to_server(servicer, server):
                     servicer.ModelStreamInfer,
                     request_deserializer=trainwire_dot_inference_dot_grpc__service__pb2.ModelInferRequest.FromString,
                     response_serializer=trainwire_dot_inference_dot_grpc__service__pb2.ModelStreamInferResponse.SerializeToString,
+            ),
+            'ModelStatistics': grpc.unary_unary_rpc_method_handler(
+                    servicer.ModelStatistics,
+                    request_deserializer=trainwire_dot_inference_dot_grpc__service__pb2.ModelStatisticsRequest.FromString,
+                    response_serializer=trainwire_dot_inference_dot_grpc__service__pb2.ModelStatisticsResponse.SerializeToString,
             ),
             'RepositoryIndex': grpc.unary_unary_rpc_method_handler(
                     servicer.RepositoryIndex,
@@ -404,6 +424,33 @@ class GRPCInferenceService:
             '/inference.GRPCInferenceService/ModelStreamInfer',
             trainwire_dot_inference_dot_grpc__service__pb2.ModelInferRequest.SerializeToString,
             trainwire_dot_inference_dot_grpc__service__pb2.ModelStreamInferResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ModelStatistics(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/inference.GRPCInferenceService/ModelStatistics',
+            trainwire_dot_inference_dot_grpc__service__pb2.ModelStatisticsRequest.SerializeToString,
+            trainwire_dot_inference_dot_grpc__service__pb2.ModelStatisticsResponse.FromString,
             options,
             channel_credentials,
             insecure,
