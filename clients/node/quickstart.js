@@ -22,7 +22,8 @@ const USAGE = `usage: node quickstart.js [COORDINATOR [PREDICTOR]] --label COLUM
   COORDINATOR           host:port (default: $TRAINWIRE_ADDRESS or 127.0.0.1:50051)
   PREDICTOR             host:port (default: $TRAINWIRE_PREDICTOR_ADDRESS or 127.0.0.1:8001)
   --dataset NAME=URI    a parquet/csv URI the coordinator reads (file://, s3://, a path)
-  --upload NAME=FILE    a local .csv or .arrow file, uploaded as Arrow (stored once by content)
+  --upload NAME=FILE    a local .csv or .arrow (uncompressed Arrow IPC) file, uploaded as Arrow
+                        (stored once by content)
   --label COLUMN        label column of every dataset (required)
   --params JSON         XGBoost params (default: binary:logistic, logloss, max_depth 3)
   --rounds N            boosting rounds (default 10)
@@ -161,11 +162,18 @@ function readLocalTable(file) {
   const ext = path.extname(file).toLowerCase();
   if (ext === '.arrow' || ext === '.arrows' || ext === '.feather' || ext === '.ipc') {
     const { tableFromIPC } = require('apache-arrow');
-    const table = tableFromIPC(fs.readFileSync(file));
+    let table;
+    try {
+      table = tableFromIPC(fs.readFileSync(file));
+    } catch (err) {
+      if (err.code) throw err; // a file system error
+      // Arrow JS reads uncompressed IPC only (feather files are LZ4 by default).
+      throw new UsageError(`${file}: not an uncompressed Arrow IPC file or stream: ${err.message}`);
+    }
     return Object.fromEntries(
       table.schema.fields.map((f) => [
         f.name,
-        Array.from(table.getChild(f.name).toArray(), (v) => (typeof v === 'bigint' ? Number(v) : v)),
+        Array.from(table.getChild(f.name), (v) => (typeof v === 'bigint' ? Number(v) : v)), // nulls stay null
       ]),
     );
   }
