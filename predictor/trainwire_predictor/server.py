@@ -24,6 +24,7 @@ from trainwire.serving import (
 from trainwire.storage import Store
 from trainwire.tls import add_port, add_tls_arguments
 from trainwire_predictor.batching import Batcher
+from trainwire_predictor.metrics import MetricsServer, PredictorMetrics
 from trainwire_predictor.model_repository import ModelRepository
 from trainwire_predictor.servicer import InferenceServicer
 from trainwire_predictor.settings import PredictorSettings
@@ -76,6 +77,10 @@ class PredictorServer:
         self.server: grpc.aio.Server | None = None
         self.models: ModelRepository | None = None
         self.executor: ThreadPoolExecutor | None = None
+        self.servicer: InferenceServicer | None = None
+        self.metrics: PredictorMetrics | None = None
+        self.metrics_server: MetricsServer | None = None
+        self.metrics_address = ""
 
     async def start(self) -> str:
         """Binds the port (0 picks a free one) and returns ``host:port``."""
@@ -89,19 +94,28 @@ class PredictorServer:
         self.server = grpc.aio.server(
             options=message_size_options(settings.max_message_bytes), interceptors=interceptors
         )
-        grpc_service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(
-            InferenceServicer(self.models, Batcher(self.executor)), self.server
+        self.metrics = PredictorMetrics() if settings.metrics_port else None
+        self.servicer = InferenceServicer(
+            self.models, Batcher(self.executor), recorders=[self.metrics] if self.metrics else []
         )
+        grpc_service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(self.servicer, self.server)
         health_servicer = add_health_and_reflection(self.server)
         port = add_port(
             self.server, f"{settings.host}:{settings.port}", settings.tls_cert, settings.tls_key, settings.tls_client_ca
         )
+        if self.metrics is not None:
+            self.metrics_server = MetricsServer(self.metrics.registry, settings.host, settings.metrics_port)
+            self.metrics_address = advertised_address(settings.host, self.metrics_server.port)
+            logger.info("Prometheus metrics on http://%s/metrics", self.metrics_address)
         await self.server.start()
         await mark_serving(health_servicer, (SERVICE_NAME,))
         self.address = advertised_address(settings.host, port)
         return self.address
 
     async def stop(self, grace_s: float = 5.0) -> None:
+        if self.metrics_server is not None:
+            await asyncio.to_thread(self.metrics_server.stop)
+            self.metrics_server = None
         if self.server is not None:
             await self.server.stop(grace_s)
         if self.executor is not None:
@@ -131,6 +145,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, help="0 picks a free port (default 8001)")
     parser.add_argument("--store", help="shared store URI (file://, s3://) or path")
     parser.add_argument("--max-message-bytes", type=int)
+    parser.add_argument("--metrics-port", type=int, help="serve Prometheus metrics over HTTP on this port (0: off)")
     parser.add_argument("--model-cache-size", type=int, help="loaded checkpoints kept in memory")
     parser.add_argument("--worker-threads", type=int, help="threads running model compute")
     parser.add_argument("--index-refresh-s", type=float, help="how often a run's checkpoint index is re-read")

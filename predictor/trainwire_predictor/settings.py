@@ -27,6 +27,8 @@ class PredictorSettings(BaseSettings):
     tls_client_ca: str = ""
     # When set, inference calls need ``authorization: Bearer <auth_token>``; health and reflection stay open.
     auth_token: str = ""
+    # Prometheus metrics (nv_inference_*) over HTTP on this port of ``host``; 0: off.
+    metrics_port: int = 0
     max_message_bytes: int = 64 * 1024 * 1024
     # Loaded checkpoints kept in memory (least recently used dropped first).
     model_cache_size: int = 16
