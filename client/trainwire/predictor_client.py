@@ -137,6 +137,13 @@ class PredictorClient:
         response = self._call("ModelMetadata", pb.ModelMetadataRequest(name=model, version=version))
         return json_format.MessageToDict(response, preserving_proto_field_name=True)
 
+    def inference_statistics(self, model: str = "", version: str = "") -> list[dict[str, Any]]:
+        """Triton's cumulative statistics per model version (all models when ``model`` is empty)."""
+        from google.protobuf import json_format
+
+        response = self._call("ModelStatistics", pb.ModelStatisticsRequest(name=model, version=version))
+        return [json_format.MessageToDict(m, preserving_proto_field_name=True) for m in response.model_stats]
+
     def is_model_ready(self, model: str, version: str = "") -> bool:
         return self._call("ModelReady", pb.ModelReadyRequest(name=model, version=version)).ready
 

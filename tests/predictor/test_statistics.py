@@ -22,7 +22,7 @@ MODEL = "stats-model"
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory, local_booster):
+def address(tmp_path_factory, local_booster):
     """A predictor serving one run with two versions (c1, c2; c2 is the latest)."""
     from trainwire.xgboost.trainer import XGBoostCheckpoint
     from trainwire_predictor.server import PredictorThread
@@ -33,11 +33,16 @@ def served(tmp_path_factory, local_booster):
     manager = commit_checkpoint(store, "run-stats", MODEL, "c1", path, 1)
     commit_checkpoint(store, "run-stats", MODEL, "c2", path, 2, manager=manager)
     thread = PredictorThread(PredictorSettings(port=0, store=store.uri))
-    address = thread.start()
+    yield thread.start()
+    thread.stop()
+
+
+@pytest.fixture(scope="module")
+def served(address):
+    """tritonclient's gRPC client of that predictor."""
     client = grpcclient.InferenceServerClient(address)
     yield client
     client.close()
-    thread.stop()
 
 
 def inputs(frame) -> list:
@@ -61,7 +66,7 @@ def ns(d: dict, key: str) -> int:
     return int(d.get(key, {}).get("ns", 0))
 
 
-def test_statistics_count_requests_rows_and_time_per_version(served, valid_x):
+def test_statistics_count_requests_rows_and_time_per_version(served, address, valid_x):
     client = served
     assert "statistics" in client.get_server_metadata(as_json=True)["extensions"]
     # Before any request: one zeroed entry for the version the name resolves to.
@@ -101,6 +106,11 @@ def test_statistics_count_requests_rows_and_time_per_version(served, valid_x):
     assert [m["version"] for m in stats_of(client, MODEL)] == ["c1", "c2"]
     # The run id names the same model.
     assert [m["version"] for m in stats_of(client, "run-stats", "c1")] == ["c1"]
+    # trainwire's SDK reads the same figures.
+    from trainwire.predictor_client import PredictorClient
+
+    with PredictorClient(address, timeout_s=10) as sdk:
+        assert sdk.inference_statistics(MODEL, "c1") == stats_of(client, MODEL, "c1")
 
 
 def test_batched_requests_count_each_row_once_and_each_model_call_once(served, valid_x):
