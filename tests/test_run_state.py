@@ -136,3 +136,20 @@ def test_min_workers_on_the_wire_is_checked():
     with pytest.raises(InvalidArgumentError) as info:
         ScalingConfig.from_proto(common_pb2.ScalingConfig(num_workers=2, min_workers=3))
     assert info.value.field == "scaling_config.min_workers"
+
+
+def test_an_elastic_group_carries_on_after_a_lost_worker_once_per_checkpoint():
+    lost = AttemptOutcome(error=ERROR, worker_lost=True, elastic=True, progressed=True)
+    decision = after_attempt(lost, 0, FailurePolicy(FailureConfig(max_failures=0)))
+    assert (decision.state, decision.restart, decision.counts_as_failure) == (RESTARTING, True, False)
+    again = after_attempt(
+        AttemptOutcome(error=ERROR, worker_lost=True, elastic=True, progressed=False),
+        0,
+        FailurePolicy(FailureConfig(max_failures=0)),
+    )
+    assert (again.state, again.counts_as_failure) == (FAILED, True)
+
+
+def test_a_fixed_group_counts_a_lost_worker_as_a_failure():
+    lost = AttemptOutcome(error=ERROR, worker_lost=True, elastic=False, progressed=True)
+    assert after_attempt(lost, 0, FailurePolicy(FailureConfig(max_failures=0))).state == FAILED

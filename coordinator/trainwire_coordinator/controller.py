@@ -40,7 +40,7 @@ class ControllerDeps:
     """What a controller needs from the coordinator around it."""
 
     store: Store
-    save_run: Callable[[coordinator_pb2.Run], None]
+    save_run: Callable[[coordinator_pb2.Run], Awaitable[None]]
     emit: Callable[[coordinator_pb2.RunEvent], Awaitable[int]]
     coordinator_address: Callable[[], str]
     # The secret a run's workers present on their report streams.
@@ -141,6 +141,9 @@ class RunController:
         # The size of the current attempt's group, and the size the scaling policy asked for next.
         self.world_size = 0
         self._resize_to = 0
+        self._worker_lost = False
+        # Committed checkpoints when a worker was last lost (an elastic run carries on once per checkpoint).
+        self._checkpoints_at_loss = -1
         self._preprocessor: Any = None
         self._commit_lock = asyncio.Lock()
         self._pending: dict[int, dict[int, worker_reports_pb2.TrainingReport]] = {}
@@ -210,13 +213,14 @@ class RunController:
                 run_id=self.run.run_id, state_change=coordinator_pb2.StateChange(state=state, reason=reason)
             )
         )
-        self.deps.save_run(self.run)
+        await self.deps.save_run(self.run)
 
     async def _main(self) -> None:
         try:
             while True:
-                self._resize_to = 0
+                self._resize_to, self._worker_lost = 0, False
                 error = await self._run_attempt()
+                committed = len(self.checkpoints.checkpoints)
                 outcome = AttemptOutcome(
                     error=error,
                     cancelled=self._cancel_requested,
@@ -224,12 +228,18 @@ class RunController:
                     stop_reached=self._stop_reached,
                     resize_to=self._resize_to,
                     world_size=self.world_size,
+                    worker_lost=self._worker_lost,
+                    elastic=self.scaling.elastic,
+                    progressed=self._checkpoints_at_loss < 0 or committed > self._checkpoints_at_loss,
                 )
                 decision = after_attempt(outcome, self.run.num_failures, self.policy)
+                if self._worker_lost:
+                    self._checkpoints_at_loss = committed
+                if error is not None and decision.state != common_pb2.CANCELLED and not self._suspend_requested:
+                    await self.deps.emit(coordinator_pb2.RunEvent(run_id=self.run.run_id, worker_error=error))
                 if decision.counts_as_failure:
                     assert error is not None
                     self.run.num_failures += 1
-                    await self.deps.emit(coordinator_pb2.RunEvent(run_id=self.run.run_id, worker_error=error))
                     if not decision.restart:
                         self.run.error.CopyFrom(error)
                 await self._transition(decision.state, decision.reason)
@@ -419,6 +429,7 @@ class RunController:
                     try:
                         outcome = fut.result()
                     except Exception as exc:  # noqa: BLE001 - an actor died
+                        self._worker_lost = True
                         return _error_from_exception(rank, self.attempt, exc)
                     if outcome:
                         return common_pb2.WorkerError.FromString(outcome)
@@ -454,7 +465,7 @@ class RunController:
             self._check_stop(struct_to_dict(msg.metrics))
         if complete and any(r.checkpoint_id for r in by_rank.values()):
             await self._commit(msg.report_index, by_rank)
-        self.deps.save_run(self.run)
+        await self.deps.save_run(self.run)
 
     async def _commit(self, index: int, by_rank: dict[int, worker_reports_pb2.TrainingReport]) -> None:
         checkpoint_id = next(r.checkpoint_id for r in by_rank.values() if r.checkpoint_id)

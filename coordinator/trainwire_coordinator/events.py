@@ -6,6 +6,7 @@ import asyncio
 import time
 from collections import defaultdict
 from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
 
 from trainwire.v1 import coordinator_pb2
 from trainwire_coordinator.metadata import MetadataStore
@@ -17,16 +18,20 @@ class EventLog:
     Args:
         metadata: Where events are kept (any coordinator can read them).
         poll_s: How long a watcher sleeps before re-reading the store anyway.
+        writes: The one thread that writes metadata, so writes land in the order they were made.
     """
 
-    def __init__(self, metadata: MetadataStore, poll_s: float = 1.0) -> None:
+    def __init__(self, metadata: MetadataStore, poll_s: float = 1.0, writes: ThreadPoolExecutor | None = None) -> None:
         self.metadata = metadata
         self.poll_s = poll_s
+        self.writes = writes or ThreadPoolExecutor(1, thread_name_prefix="trainwire-metadata")
         self._conditions: dict[str, asyncio.Condition] = defaultdict(asyncio.Condition)
 
     async def append(self, event: coordinator_pb2.RunEvent) -> int:
         event.time.FromNanoseconds(time.time_ns())
-        event_id = self.metadata.append_event(event.run_id, event.SerializeToString())
+        payload = event.SerializeToString()
+        loop = asyncio.get_running_loop()
+        event_id = await loop.run_in_executor(self.writes, self.metadata.append_event, event.run_id, payload)
         cond = self._conditions[event.run_id]
         async with cond:
             cond.notify_all()
@@ -39,12 +44,15 @@ class EventLog:
     async def watch(
         self, run_id: str, after_event_id: int, has_ended: Callable[[], bool], live: bool = True
     ) -> AsyncIterator[coordinator_pb2.RunEvent]:
-        """Yields events after ``after_event_id`` until the run has ended and all are sent."""
+        """Yields events after ``after_event_id`` until the run has ended and all are sent.
+
+        ``has_ended`` may block (it reads the store): it runs off the event loop.
+        """
         # Only a run this coordinator is running gets wake-ups; others are read by polling.
         cond = self._conditions[run_id] if live else asyncio.Condition()
         ended = False
         while True:
-            batch = self.metadata.read_events(run_id, after_event_id, 500)
+            batch = await asyncio.to_thread(self.metadata.read_events, run_id, after_event_id, 500)
             for event_id, payload in batch:
                 event = coordinator_pb2.RunEvent.FromString(payload)
                 event.event_id = event_id
@@ -56,7 +64,7 @@ class EventLog:
                 return
             # The final state event is written before the run record says so,
             # so one more read after seeing the end cannot miss it.
-            ended = has_ended()
+            ended = await asyncio.to_thread(has_ended)
             if ended:
                 continue
             async with cond:

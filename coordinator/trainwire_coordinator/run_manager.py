@@ -7,6 +7,7 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 import pyarrow.fs as pafs
 import ray
@@ -121,7 +122,7 @@ class RunManager:
         self.report_tls = report_tls
         self.controllers: dict[str, RunController] = {}
 
-    def recover(self) -> list[str]:
+    async def recover(self) -> list[str]:
         """Carries on the runs a previous coordinator left active; returns their ids.
 
         Each restarts from its latest committed checkpoint (its old worker group ended
@@ -133,7 +134,7 @@ class RunManager:
         records: list[RunRecord] = []
         token = ""
         while True:
-            page, token = self.metadata.list_runs(active, 100, token)
+            page, token = await asyncio.to_thread(self.metadata.list_runs, active, 100, token)
             records += page
             if not token:
                 break
@@ -143,12 +144,12 @@ class RunManager:
                 continue
             run = coordinator_pb2.Run.FromString(rec.data)
             try:
-                run_config, datasets = self._validate(run.request, check_capacity=False)
-                store = self._run_store(run_config.storage_path)
+                run_config, datasets = await asyncio.to_thread(self._validate, run.request, check_capacity=False)
+                store = await asyncio.to_thread(self._run_store, run_config.storage_path)
             except TrainwireError as exc:
                 run.state = common_pb2.FAILED
                 run.state_reason = f"the coordinator restarted and cannot carry the run on: {exc.message}"
-                self._save(run)
+                await self._save(run)
                 continue
             self._launch(self._controller(run, run_config, datasets, store), resume=True)
             resumed.append(run.run_id)
@@ -157,9 +158,14 @@ class RunManager:
         return resumed
 
     # --- runs ------------------------------------------------------------------
-    def _save(self, run: coordinator_pb2.Run) -> None:
+    async def _write(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Runs a metadata write on the metadata thread: off the event loop, in the order made."""
+        return await asyncio.get_running_loop().run_in_executor(self.events.writes, fn, *args)
+
+    async def _save(self, run: coordinator_pb2.Run) -> None:
+        """Saves a snapshot of the run on the metadata thread (writes keep their order)."""
         run.updated_at.CopyFrom(_now())
-        self.metadata.update_run(_record(run))
+        await self._write(self.metadata.update_run, _record(run))
 
     def _validate(self, request: coordinator_pb2.FitRequest, *, check_capacity: bool = True) -> tuple[RunConfig, dict]:
         backend = get_backend(request.framework)
@@ -202,8 +208,9 @@ class RunManager:
         return run_config, datasets
 
     async def fit(self, request: coordinator_pb2.FitRequest) -> coordinator_pb2.Run:
-        run_config, datasets = self._validate(request)
-        store = self._run_store(run_config.storage_path)
+        # Dataset and checkpoint checks read the store; capacity asks Ray: off the event loop.
+        run_config, datasets = await asyncio.to_thread(self._validate, request)
+        store = await asyncio.to_thread(self._run_store, run_config.storage_path)
         run_id = uuid.uuid4().hex[:16]
         name = run_config.name or f"{request.framework}-{run_id[:8]}"
         run = coordinator_pb2.Run(
@@ -216,7 +223,7 @@ class RunManager:
             updated_at=_now(),
             request=request,
         )
-        stored = self.metadata.create_run(_record(run, request.idempotency_key))
+        stored = await self._write(self.metadata.create_run, _record(run, request.idempotency_key))
         if stored.run_id != run_id:
             return coordinator_pb2.Run.FromString(stored.data)
         await self.events.append(
@@ -297,7 +304,7 @@ class RunManager:
         )
 
     async def watch(self, request: coordinator_pb2.WatchRunRequest) -> AsyncIterator[coordinator_pb2.RunEvent]:
-        run_id = self.get_run(request.run_id).run_id
+        run_id = (await asyncio.to_thread(self.get_run, request.run_id)).run_id
         if request.after_event_id < 0:
             raise InvalidArgumentError("after_event_id must be >= 0", field="after_event_id")
 
@@ -309,7 +316,7 @@ class RunManager:
             yield event
 
     async def cancel(self, run_id: str) -> coordinator_pb2.Run:
-        run = self.get_run(run_id)
+        run = await asyncio.to_thread(self.get_run, run_id)
         controller = self.controllers.get(run.run_id)
         if controller is not None:
             await controller.cancel()
@@ -357,7 +364,7 @@ class RunManager:
         run.latest_checkpoint.CopyFrom(info)
         run.best_checkpoints.append(info)
         run.latest_metrics.CopyFrom(info.metrics)
-        self.metadata.create_run(_record(run))
+        await self._write(self.metadata.create_run, _record(run))
         await self.events.append(coordinator_pb2.RunEvent(run_id=run_id, checkpoint=info))
         await self.events.append(
             coordinator_pb2.RunEvent(

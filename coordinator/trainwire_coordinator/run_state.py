@@ -57,6 +57,11 @@ class AttemptOutcome:
     # Set when the scaling policy asked for a group of another size.
     resize_to: int = 0
     world_size: int = 0
+    # A worker's process or node died (not an exception in the training code).
+    worker_lost: bool = False
+    elastic: bool = False
+    # A checkpoint was committed since the last lost worker (or ever, for the first).
+    progressed: bool = False
 
 
 @dataclass(frozen=True)
@@ -89,8 +94,12 @@ def after_attempt(outcome: AttemptOutcome, num_failures: int, failure_policy: Fa
         return Decision(CANCELLED, "cancelled by request")
     if outcome.error is not None:
         error = outcome.error
-        failures = num_failures + 1
         summary = f"rank {error.world_rank} raised {error.exc_type}: {error.message}"
+        if outcome.worker_lost and outcome.elastic and outcome.progressed:
+            # An elastic group carries on with what is left; a loss with no checkpoint since
+            # the last one counts as a failure, so a worker that always dies cannot loop forever.
+            return Decision(RESTARTING, f"a worker was lost ({summary}); continuing with the workers that fit", True)
+        failures = num_failures + 1
         if failure_policy.should_restart(failures, error):
             return Decision(RESTARTING, f"restart {failures} after failure: {summary}", True, True)
         return Decision(FAILED, summary, counts_as_failure=True)

@@ -128,7 +128,7 @@ class CoordinatorServer:
             settings.host, port, ray.util.get_node_ip_address
         )
         # Once workers can reach this coordinator: runs a previous one left active carry on.
-        self.runs.recover()
+        await self.runs.recover()
         return self.address
 
     async def stop(self, grace_s: float = 5.0) -> None:

@@ -1,7 +1,8 @@
-"""Thin gRPC servicers: protos in, domain calls, protos out."""
+"""Thin gRPC servicers: protos in, domain calls, protos out (blocking reads in threads)."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 
 import grpc
@@ -22,11 +23,11 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
 
     @handle_errors
     async def GetRun(self, request, context):  # type: ignore[no-untyped-def]
-        return self.runs.get_run(request.run_id)
+        return await asyncio.to_thread(self.runs.get_run, request.run_id)
 
     @handle_errors
     async def ListRuns(self, request, context):  # type: ignore[no-untyped-def]
-        return self.runs.list_runs(request)
+        return await asyncio.to_thread(self.runs.list_runs, request)
 
     @handle_errors
     async def WatchRun(self, request, context) -> AsyncIterator[coordinator_pb2.RunEvent]:  # type: ignore[no-untyped-def]
@@ -39,7 +40,7 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
 
     @handle_errors
     async def GetDataset(self, request, context):  # type: ignore[no-untyped-def]
-        return self.runs.datasets.get(request.sha256)
+        return await asyncio.to_thread(self.runs.datasets.get, request.sha256)
 
     @handle_errors
     async def UploadDataset(self, request_iterator, context):  # type: ignore[no-untyped-def]
