@@ -16,6 +16,14 @@ from trainwire.errors import DataLossError
 from trainwire.storage import MANIFEST_NAME, ManifestEntry, Store, is_relative_path
 
 _CHUNK = 1 << 20
+# Where the predictor caches what it derives from a checkpoint (compiled tree models). Not part of
+# the checkpoint: never listed in a manifest, never checked against one, rewritten at will.
+COMPILED_DIR = ".compiled"
+
+
+def is_derived_path(path: str) -> bool:
+    """Whether a path inside a checkpoint is the predictor's cache, not a checkpoint file."""
+    return path == COMPILED_DIR or path.startswith(COMPILED_DIR + "/")
 
 
 def read_manifest(store: Store, directory: str, label: str = "") -> list[ManifestEntry] | None:
@@ -52,7 +60,8 @@ def verify_checkpoint(store: Store, directory: str, label: str = "") -> int:
     """Checks every file the manifest lists (size, then sha256); returns how many were checked.
 
     A checkpoint without a manifest (one a user made locally) passes: there is
-    nothing to check it against. Files the manifest does not list are ignored.
+    nothing to check it against. Files the manifest does not list are ignored, and so is
+    the predictor's cache (``.compiled/``), even where a manifest names it.
 
     Args:
         store: The store (or local filesystem) holding the checkpoint.
@@ -67,6 +76,7 @@ def verify_checkpoint(store: Store, directory: str, label: str = "") -> int:
     entries = read_manifest(store, directory, label)
     if entries is None:
         return 0
+    entries = [e for e in entries if not is_derived_path(e.path)]
     for entry in entries:
         path = f"{directory}/{entry.path}"
         info = store.fs.get_file_info(path)

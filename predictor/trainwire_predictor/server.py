@@ -87,7 +87,10 @@ class PredictorServer:
         settings = self.settings
         store = await asyncio.to_thread(Store, settings.store)
         self.models = ModelRepository(
-            store, cache_size=settings.model_cache_size, index_refresh_s=settings.index_refresh_s
+            store,
+            cache_size=settings.model_cache_size,
+            index_refresh_s=settings.index_refresh_s,
+            compile_tree_models=settings.compile_tree_models,
         )
         self.executor = ThreadPoolExecutor(max(1, settings.worker_threads), thread_name_prefix="trainwire-predict")
         interceptors = [BearerTokenInterceptor(settings.auth_token, (SERVICE_NAME,))] if settings.auth_token else []

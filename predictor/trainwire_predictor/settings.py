@@ -36,3 +36,6 @@ class PredictorSettings(BaseSettings):
     worker_threads: int = 4
     # How old a cached run index may get before it is read again.
     index_refresh_s: float = 1.0
+    # Compile XGBoost and LightGBM models with Treelite + TL2cgen (cached beside the checkpoint);
+    # off, or where compiling fails, the framework's own predict serves.
+    compile_tree_models: bool = True

@@ -7,10 +7,11 @@ from typing import Any
 import numpy as np
 
 from trainwire.checkpoint import Checkpoint
+from trainwire.gbdt import CompiledTreesMixin
 from trainwire.predictor import Predictor
 
 
-class LightGBMPredictor(Predictor):
+class LightGBMPredictor(CompiledTreesMixin, Predictor):
     """Scores with a LightGBM booster.
 
     Args:
@@ -18,6 +19,8 @@ class LightGBMPredictor(Predictor):
         preprocessor: A fitted Ray Data preprocessor, or None.
         feature_columns: Input columns (default: the checkpoint's metadata, else the booster's feature names).
         num_threads: Threads per prediction call (default: LightGBM's).
+
+    The predictor service also compiles the booster (``use_compiled``): the same outputs within 1e-6, faster.
     """
 
     framework = "lightgbm"
@@ -44,7 +47,7 @@ class LightGBMPredictor(Predictor):
     def model_columns(self) -> list[str] | None:
         return self.model.feature_name() or self.feature_columns
 
-    def _predict_numpy(self, data: np.ndarray, **kwargs: Any) -> np.ndarray:
+    def framework_predict(self, data: np.ndarray, **kwargs: Any) -> np.ndarray:
         if self.num_threads is not None:
             kwargs.setdefault("num_threads", self.num_threads)
         return self.model.predict(data, **kwargs)

@@ -7,10 +7,11 @@ from typing import Any
 import numpy as np
 
 from trainwire.checkpoint import Checkpoint
+from trainwire.gbdt import CompiledTreesMixin
 from trainwire.predictor import Predictor
 
 
-class XGBoostPredictor(Predictor):
+class XGBoostPredictor(CompiledTreesMixin, Predictor):
     """Scores with an XGBoost booster.
 
     Args:
@@ -19,6 +20,8 @@ class XGBoostPredictor(Predictor):
         feature_columns: Input columns (default: the checkpoint's metadata, else the booster's feature names).
         nthread: Threads per prediction call (default: XGBoost's). The predictor service uses 1:
             it scores many small batches at once, where more threads only contend.
+
+    The predictor service also compiles the booster (``use_compiled``): the same outputs within 1e-6, faster.
     """
 
     framework = "xgboost"
@@ -48,6 +51,6 @@ class XGBoostPredictor(Predictor):
     def model_columns(self) -> list[str] | None:
         return self.model.feature_names or self.feature_columns
 
-    def _predict_numpy(self, data: np.ndarray, **kwargs: Any) -> np.ndarray:
+    def framework_predict(self, data: np.ndarray, **kwargs: Any) -> np.ndarray:
         # Columns are already in the booster's order; inplace_predict skips building a DMatrix.
         return self.model.inplace_predict(data, validate_features=False, **kwargs)
