@@ -172,3 +172,25 @@ class ServerThread:
         self.call(self.server.stop(1.0))
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(10)
+
+
+class MetricsServer:
+    """Serves a Prometheus registry over HTTP (``GET /metrics``) on a daemon thread.
+
+    Args:
+        registry: The service's own registry (not the process-global one).
+        host: Address to bind.
+        port: Port to bind (0 picks a free one; see ``port``).
+    """
+
+    def __init__(self, registry: Any, host: str, port: int) -> None:
+        from prometheus_client import start_http_server
+
+        self._httpd: Any
+        self._httpd, self._thread = start_http_server(port, addr=host, registry=registry)
+        self.port: int = self._httpd.server_port
+
+    def stop(self) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        self._thread.join(5)

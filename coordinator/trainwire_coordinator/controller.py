@@ -23,6 +23,7 @@ from trainwire.train.context import TrainContext
 from trainwire.v1 import common_pb2, coordinator_pb2, worker_reports_pb2
 from trainwire_coordinator.checkpoint_manager import CheckpointManager, flatten_metrics
 from trainwire_coordinator.failure_policy import FailurePolicy
+from trainwire_coordinator.metrics import CoordinatorMetrics
 from trainwire_coordinator.preprocessors import build_preprocessor
 from trainwire_coordinator.run_state import TERMINAL, AttemptOutcome, ScalingPolicy, after_attempt, check_transition
 from trainwire_coordinator.worker_pool import WorkerPool
@@ -49,6 +50,7 @@ class ControllerDeps:
     report_tls: ClientTLS | None = None
     pending_reason_after_s: float = 1.0
     pool: WorkerPool = field(default_factory=lambda: WorkerPool(0))
+    metrics: CoordinatorMetrics = field(default_factory=CoordinatorMetrics)
 
 
 def _check_framework(worker: Any, module: str, framework: str, package: str) -> None:
@@ -173,6 +175,7 @@ class RunController:
             self.run.attempt += 1
             self.run.num_coordinator_restarts += 1
             where = f"from checkpoint {latest.checkpoint_id}" if latest is not None else "from the start"
+            self.deps.metrics.restarts.labels("coordinator_restart").inc()
             await self._transition(common_pb2.RESTARTING, f"the coordinator restarted; resuming {where}")
         except Exception as exc:  # noqa: BLE001 - a run that cannot be taken up still ends
             logger.exception("run %s: cannot resume", self.run.run_id)
@@ -205,6 +208,8 @@ class RunController:
         if self.run.state == state and self.run.state_reason == reason:
             return
         check_transition(self.run.state, state)
+        if state in TERMINAL:
+            self.deps.metrics.finished(state)
         self.run.state = state
         self.run.state_reason = reason
         # Event before record: a watcher that sees the end has the event too.
@@ -236,6 +241,7 @@ class RunController:
                 if self._worker_lost:
                     self._checkpoints_at_loss = committed
                 if error is not None and decision.state != common_pb2.CANCELLED and not self._suspend_requested:
+                    self.deps.metrics.worker_failures.labels(str(decision.counts_as_failure).lower()).inc()
                     await self.deps.emit(coordinator_pb2.RunEvent(run_id=self.run.run_id, worker_error=error))
                 if decision.counts_as_failure:
                     assert error is not None
@@ -245,6 +251,8 @@ class RunController:
                 await self._transition(decision.state, decision.reason)
                 if not decision.restart:
                     return
+                cause = "failure" if decision.counts_as_failure else "lost_worker" if error is not None else "resize"
+                self.deps.metrics.restarts.labels(cause).inc()
                 self.run.attempt += 1
                 self._interrupt.clear()
                 await asyncio.to_thread(self.checkpoints.remove_uncommitted)
@@ -473,7 +481,8 @@ class RunController:
         metrics = struct_to_dict(by_rank[0].metrics) if 0 in by_rank else {}
         # Commits run one at a time, in report order (the lock is FIFO).
         async with self._commit_lock:
-            committed = await asyncio.to_thread(self.checkpoints.commit, checkpoint_id, index, metrics, files)
+            with self.deps.metrics.commit_seconds.time():
+                committed = await asyncio.to_thread(self.checkpoints.commit, checkpoint_id, index, metrics, files)
             info = self.checkpoints.info(committed)
             self.refresh_checkpoints()
             await self.deps.emit(coordinator_pb2.RunEvent(run_id=self.run.run_id, checkpoint=info))

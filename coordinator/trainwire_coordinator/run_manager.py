@@ -32,6 +32,7 @@ from trainwire_coordinator.datasets import DatasetService
 from trainwire_coordinator.events import EventLog
 from trainwire_coordinator.failure_policy import FailurePolicy
 from trainwire_coordinator.metadata import MetadataStore, RunRecord
+from trainwire_coordinator.metrics import CoordinatorMetrics
 from trainwire_coordinator.preprocessors import build_preprocessor
 from trainwire_coordinator.report_checks import ReportSecrets, check_report
 from trainwire_coordinator.run_state import ACTIVE, TERMINAL
@@ -121,6 +122,7 @@ class RunManager:
         self.report_secrets = ReportSecrets(report_key)
         self.report_tls = report_tls
         self.controllers: dict[str, RunController] = {}
+        self.metrics = CoordinatorMetrics(lambda: [c.run.state for c in list(self.controllers.values())])
 
     async def recover(self) -> list[str]:
         """Carries on the runs a previous coordinator left active; returns their ids.
@@ -250,6 +252,7 @@ class RunManager:
                 report_tls=self.report_tls,
                 pending_reason_after_s=self.pending_reason_after_s,
                 pool=self.pool,
+                metrics=self.metrics,
             ),
             policy=self.policy_factory(run_config.failure_config),
             checkpoints=CheckpointManager(
@@ -330,6 +333,8 @@ class RunManager:
     async def on_worker_report(self, report: worker_reports_pb2.WorkerReport, run_id: str) -> None:
         """Routes one report of a stream authorized for ``run_id``, once it is checked."""
         check_report(report, run_id)
+        if report.WhichOneof("kind") == "report":
+            self.metrics.reports.inc()
         controller = self.controllers.get(report.run_id)
         if controller is not None:
             await controller.on_report(report)

@@ -18,6 +18,7 @@ import grpc
 import ray
 
 from trainwire.serving import (
+    MetricsServer,
     ServerThread,
     add_health_and_reflection,
     advertised_address,
@@ -93,6 +94,8 @@ class CoordinatorServer:
         self.address = ""
         self.server: grpc.aio.Server | None = None
         self.runs: RunManager | None = None
+        self.metrics_server: MetricsServer | None = None
+        self.metrics_address = ""
 
     async def start(self) -> str:
         """Binds the port (0 picks a free one) and returns ``host:port``."""
@@ -127,6 +130,10 @@ class CoordinatorServer:
         self.address = settings.advertise_address or advertised_address(
             settings.host, port, ray.util.get_node_ip_address
         )
+        if settings.metrics_port:
+            self.metrics_server = MetricsServer(self.runs.metrics.registry, settings.host, settings.metrics_port)
+            self.metrics_address = advertised_address(settings.host, self.metrics_server.port)
+            logger.info("Prometheus metrics on http://%s/metrics", self.metrics_address)
         # Once workers can reach this coordinator: runs a previous one left active carry on.
         await self.runs.recover()
         return self.address
@@ -138,6 +145,8 @@ class CoordinatorServer:
             await self.server.stop(grace_s)
         if self.runs is not None:
             self.runs.metadata.close()
+        if self.metrics_server is not None:
+            self.metrics_server.stop()
 
 
 def report_tls(settings: CoordinatorSettings) -> ClientTLS | None:
@@ -169,6 +178,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--state", help="metadata store: SQLite path or redis:// URL")
     parser.add_argument("--ray-address", help="Ray cluster to join; default: start a local one")
     parser.add_argument("--ray-num-cpus", type=int)
+    parser.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on this port (0: off)")
     add_tls_arguments(parser)
     args = parser.parse_args(argv)
     overrides = {k: v for k, v in vars(args).items() if v is not None}

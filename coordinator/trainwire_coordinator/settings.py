@@ -48,6 +48,8 @@ class CoordinatorSettings(BaseSettings):
     # streams; empty: they trust tls_cert itself (a self-signed certificate).
     tls_ca: str = ""
     max_message_bytes: int = 64 * 1024 * 1024
+    # Port of the Prometheus metrics endpoint (GET /metrics on host); 0: none.
+    metrics_port: int = 0
     # How long a watcher waits before polling the metadata store again
     # (events written by another coordinator on the same Redis).
     watch_poll_s: float = 1.0

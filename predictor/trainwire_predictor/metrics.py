@@ -23,12 +23,14 @@ Prometheus convention and are exposed with a ``_total`` suffix.
 from __future__ import annotations
 
 import threading
-from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Histogram
 
+from trainwire.serving import MetricsServer
 from trainwire_predictor.model_repository import ModelRef
 from trainwire_predictor.statistics import Timing, model_labels
+
+__all__ = ["MetricsServer", "PredictorMetrics"]
 
 LABELS = ("model", "version")
 # Microseconds: 50 µs to 10 s.
@@ -126,17 +128,3 @@ class PredictorMetrics:
         c = self._of(ref)
         c.exec_count.inc()
         c.batch_size.observe(rows)
-
-
-class MetricsServer:
-    """Serves a registry's metrics over HTTP on a daemon thread."""
-
-    def __init__(self, registry: CollectorRegistry, host: str, port: int) -> None:
-        self._httpd: Any
-        self._httpd, self._thread = start_http_server(port, addr=host, registry=registry)
-        self.port: int = self._httpd.server_port
-
-    def stop(self) -> None:
-        self._httpd.shutdown()
-        self._httpd.server_close()
-        self._thread.join(5)
