@@ -18,6 +18,7 @@ import grpc
 import ray
 
 from trainwire.serving import (
+    BearerTokenInterceptor,
     MetricsServer,
     ServerThread,
     add_health_and_reflection,
@@ -32,7 +33,7 @@ from trainwire.v1 import coordinator_pb2, coordinator_pb2_grpc, worker_reports_p
 from trainwire_coordinator.datasets import DatasetService
 from trainwire_coordinator.metadata import open_metadata_store
 from trainwire_coordinator.run_manager import RunManager
-from trainwire_coordinator.servicer import BearerTokenInterceptor, CoordinatorServicer, WorkerReportsServicer
+from trainwire_coordinator.servicer import CoordinatorServicer, WorkerReportsServicer
 from trainwire_coordinator.settings import CoordinatorSettings
 
 logger = logging.getLogger(__name__)
@@ -115,7 +116,7 @@ class CoordinatorServer:
             report_key=settings.report_key,
             report_tls=report_tls(settings),
         )
-        interceptors = [BearerTokenInterceptor(settings.auth_token)] if settings.auth_token else []
+        interceptors = [BearerTokenInterceptor(settings.auth_token, SERVICE_NAMES[:1])] if settings.auth_token else []
         self.server = grpc.aio.server(
             options=message_size_options(settings.max_message_bytes), interceptors=interceptors
         )

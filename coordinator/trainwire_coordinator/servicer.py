@@ -7,7 +7,6 @@ from collections.abc import AsyncIterator
 
 import grpc
 
-from trainwire.errors import UnauthenticatedError
 from trainwire.grpc_status import handle_errors
 from trainwire.v1 import coordinator_pb2, coordinator_pb2_grpc, worker_reports_pb2, worker_reports_pb2_grpc
 from trainwire_coordinator.run_manager import RunManager
@@ -70,30 +69,3 @@ class WorkerReportsServicer(worker_reports_pb2_grpc.WorkerReportsServicer):
             await self.runs.on_worker_report(report, run_id)
             count += 1
         return worker_reports_pb2.ReportStreamAck(reports_received=count)
-
-
-class BearerTokenInterceptor(grpc.aio.ServerInterceptor):
-    """Requires ``authorization: Bearer <token>`` on the public Coordinator service."""
-
-    def __init__(self, token: str) -> None:
-        self._expected = f"Bearer {token}"
-
-    async def intercept_service(self, continuation, handler_call_details):  # type: ignore[no-untyped-def]
-        handler = await continuation(handler_call_details)
-        if not handler_call_details.method.startswith("/trainwire.v1.Coordinator/"):
-            return handler
-        metadata = dict(handler_call_details.invocation_metadata or ())
-        if metadata.get("authorization") == self._expected:
-            return handler
-        message = UnauthenticatedError("missing or wrong 'authorization: Bearer <token>' metadata").message
-
-        async def deny(request, context):  # type: ignore[no-untyped-def]
-            await context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
-
-        if handler.request_streaming and handler.response_streaming:
-            return grpc.stream_stream_rpc_method_handler(deny)
-        if handler.request_streaming:
-            return grpc.stream_unary_rpc_method_handler(deny)
-        if handler.response_streaming:
-            return grpc.unary_stream_rpc_method_handler(deny)
-        return grpc.unary_unary_rpc_method_handler(deny)
