@@ -45,6 +45,7 @@ _MAX_CACHED_NAMES = 10_000
 PREDICTORS: dict[str, tuple[str, str]] = {
     "xgboost": ("trainwire.xgboost.predictor", "XGBoostPredictor"),
     "torch": ("trainwire.torch.predictor", "TorchPredictor"),
+    "horovod": ("trainwire.torch.predictor", "TorchPredictor"),  # horovod.torch checkpoints are torch's
     "sklearn": ("trainwire.sklearn.predictor", "SklearnPredictor"),
     "lightgbm": ("trainwire.lightgbm.predictor", "LightGBMPredictor"),
     "tensorflow": ("trainwire.tensorflow.predictor", "TensorflowPredictor"),
