@@ -22,6 +22,7 @@ from trainwire.tls import ClientTLS
 from trainwire.train.context import TrainContext
 from trainwire.v1 import common_pb2, coordinator_pb2, worker_reports_pb2
 from trainwire_coordinator.checkpoint_manager import CheckpointManager, flatten_metrics
+from trainwire_coordinator.datasets import fit_wait_reason, report_if_slow, split_beside_reservation
 from trainwire_coordinator.failure_policy import FailurePolicy
 from trainwire_coordinator.metrics import CoordinatorMetrics
 from trainwire_coordinator.preprocessors import build_preprocessor
@@ -95,13 +96,6 @@ def _read(ds: DatasetSchema) -> Any:
     import ray.data
 
     return (ray.data.read_csv if ds.format == "csv" else ray.data.read_parquet)(ds.uri)
-
-
-def _split(ds: DatasetSchema, world_size: int, preprocessor: Any) -> list[Any]:
-    data = _read(ds)
-    if preprocessor is not None:
-        data = preprocessor.transform(data)
-    return data.streaming_split(world_size, equal=True)
 
 
 class RunController:
@@ -329,7 +323,12 @@ class RunController:
                 # Before the reservation, as Ray Train's driver does: the fit's Ray Data tasks
                 # need CPUs that the run's placement group (or idle warm groups) would hold.
                 self.deps.pool.evict_all()
-                await asyncio.to_thread(self._fit_preprocessor)
+                waiting = common_pb2.PENDING if self.attempt == 0 else common_pb2.RESTARTING
+                await report_if_slow(
+                    asyncio.to_thread(self._fit_preprocessor),
+                    self.deps.pending_reason_after_s,
+                    lambda: self._transition(waiting, fit_wait_reason("train")),
+                )
             started = await self._start_group()
         except Exception as exc:  # noqa: BLE001 - a group that cannot start is a failed attempt
             return None if self._stop_requested() else _error_from_exception(0, self.attempt, exc)
@@ -340,7 +339,7 @@ class RunController:
         try:
             await self.backend.on_start(group, self.request)
             await self.backend.on_training_start(group, self.request)
-            shards = await self._dataset_shards(len(group))
+            shards = await self._dataset_shards(len(group), pg)
             await self._transition(common_pb2.RUNNING)
             error = await self._train(group, shards)
             return error
@@ -382,12 +381,12 @@ class RunController:
             self.checkpoints.preprocessor_bytes = cloudpickle.dumps(preprocessor)
         return self._preprocessor
 
-    async def _dataset_shards(self, world_size: int) -> list[dict[str, Any]]:
+    async def _dataset_shards(self, world_size: int, pg: Any) -> list[dict[str, Any]]:
         preprocessor = await asyncio.to_thread(self._fit_preprocessor)
         shards: list[dict[str, Any]] = [{} for _ in range(world_size)]
         for name, ds in self.datasets.items():
             if self.backend.uses_ray_data:
-                iterators = await asyncio.to_thread(_split, ds, world_size, preprocessor)
+                iterators = await asyncio.to_thread(split_beside_reservation, ds, world_size, preprocessor, pg)
                 for rank in range(world_size):
                     shards[rank][name] = iterators[rank]
             else:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import io
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
 
 import pyarrow as pa
 import pyarrow.ipc as ipc
@@ -15,7 +17,9 @@ from trainwire.errors import InvalidArgumentError, NotFoundError, ResourceExhaus
 from trainwire.storage import Store
 from trainwire.v1 import coordinator_pb2
 from trainwire_worker.backends.base import DatasetSchema
-from trainwire_worker.datasets import guess_format, open_dataset
+from trainwire_worker.datasets import files_datasource, guess_format, open_dataset
+
+T = TypeVar("T")
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 DATA_FILE = "data.parquet"
@@ -132,3 +136,46 @@ class DatasetService:
         except (OSError, pa.ArrowException, ValueError) as exc:
             raise InvalidArgumentError(f"dataset {name!r}: cannot read {ref.uri!r}: {exc}", field=field) from exc
         return DatasetSchema(uri=ref.uri, format=fmt, columns=tuple(schema.names))
+
+
+def split_beside_reservation(ds: DatasetSchema, world_size: int, preprocessor: Any, placement_group: Any) -> list[Any]:
+    """One Ray Data iterator per worker, read and transformed by tasks that fit beside the run's reservation.
+
+    The run's placement group may hold every CPU of the cluster (``num_workers=os.cpu_count()``), and
+    Ray Data's tasks ask for a CPU each by default: they would wait for ever while the workers wait for
+    their rows. As the workers block on their iterators while those tasks run, the tasks borrow the
+    workers' reserved CPUs: they ask for none, run in the run's placement group (on its nodes, ended
+    with it), and at most ``world_size`` run at once.
+    """
+    import ray.data
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    in_reservation = PlacementGroupSchedulingStrategy(placement_group)
+    data = ray.data.read_datasource(
+        files_datasource(ds.uri, ds.format),
+        num_cpus=0,
+        concurrency=world_size,
+        ray_remote_args={"scheduling_strategy": in_reservation},
+    )
+    if preprocessor is not None:
+        data = preprocessor.transform(data, num_cpus=0, concurrency=world_size)
+    return data.streaming_split(world_size, equal=True)
+
+
+def fit_wait_reason(dataset_name: str) -> str:
+    """What a run whose preprocessor fit is slow to start waits for."""
+    import ray
+
+    return (
+        f"waiting for resources: fitting the preprocessor on dataset {dataset_name!r} runs Ray Data tasks "
+        f"of 1 CPU each (cluster has {ray.available_resources()} available)"
+    )
+
+
+async def report_if_slow(work: Awaitable[T], after_s: float, report: Callable[[], Awaitable[Any]]) -> T:
+    """Awaits ``work``; calls ``report`` once if it takes longer than ``after_s`` (a run never waits silently)."""
+    task = asyncio.ensure_future(work)
+    done, _ = await asyncio.wait([task], timeout=after_s)
+    if not done:
+        await report()
+    return await task
