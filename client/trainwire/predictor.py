@@ -2,6 +2,12 @@
 
 The same classes compute in process, in ``BatchPredictor`` on Ray Data, and
 inside the predictor service, so every path gives the same answers.
+
+A fitted Ray Data preprocessor of the common kinds (scalers, imputer, encoders,
+concatenator, chains of them) runs as numpy on the input's columns
+(``preprocessor_transforms``), with the results ``transform_batch`` gives;
+any other preprocessor, or a batch those steps cannot reproduce exactly, goes
+through ``transform_batch``.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ import pandas as pd
 
 from trainwire.checkpoint import Checkpoint
 from trainwire.errors import InvalidArgumentError
+from trainwire.preprocessor_transforms import Columns, Vectorised, vectorise
 
 DataBatch = pd.DataFrame | np.ndarray | dict[str, np.ndarray]
 PREDICTIONS = "predictions"
@@ -45,6 +52,16 @@ class Predictor:
         self.preprocessor = preprocessor
         self.feature_columns = list(feature_columns) if feature_columns else None
 
+    @property
+    def preprocessor(self) -> Any:
+        return self._preprocessor
+
+    @preprocessor.setter
+    def preprocessor(self, preprocessor: Any) -> None:
+        self._preprocessor = preprocessor
+        # Built once per preprocessor: None where it runs through transform_batch.
+        self._vectorised: Vectorised | None = vectorise(preprocessor)
+
     @classmethod
     def from_checkpoint(cls, checkpoint: Checkpoint, **kwargs: Any) -> Predictor:
         """Builds the predictor from a checkpoint (its model, preprocessor and metadata)."""
@@ -76,6 +93,12 @@ class Predictor:
         """What ``predict`` computes, as output column name -> 1-D array (no DataFrame built)."""
         if self.preprocessor is None and not self.takes_frame:
             out = self._predict_numpy(self._to_matrix(data, self.model_columns), **predict_kwargs)
+        elif (columns := self._preprocess_vectorised(data)) is not None:
+            if self.takes_frame:
+                frame = self._select(pd.DataFrame(columns, copy=False), self.model_columns)
+                out = self._predict_pandas(frame, **predict_kwargs)
+            else:
+                out = self._predict_numpy(self._columns_matrix(columns, self.model_columns), **predict_kwargs)
         else:
             frame = self._to_frame(data)
             if self.preprocessor is not None:
@@ -85,6 +108,48 @@ class Predictor:
             else:
                 out = self._predict_numpy(self._to_matrix(frame, self.model_columns), **predict_kwargs)
         return prediction_columns(out)
+
+    def _preprocess_vectorised(self, data: DataBatch) -> Columns | None:
+        """The preprocessed columns, computed with numpy; None where ``transform_batch`` must do it."""
+        vectorised = self._vectorised
+        if vectorised is None:
+            return None
+        columns = self._as_columns(data)
+        if columns is None:
+            return None
+        out = vectorised(columns)
+        if out is None or (self.takes_frame and any(v.ndim != 1 for v in out.values())):
+            return None
+        return out
+
+    def _as_columns(self, data: DataBatch) -> Columns | None:
+        """The input as name -> 1-D array, named as ``_to_frame`` names the frame's columns."""
+        if isinstance(data, pd.DataFrame):
+            if not data.columns.is_unique:
+                return None
+            return {c: data[c].to_numpy() for c in data.columns}
+        if isinstance(data, dict):
+            return {k: _column(v, k) for k, v in data.items()}
+        arr = np.asarray(data)
+        if arr.ndim == 1:
+            arr = arr.reshape(-1, 1)
+        if arr.ndim != 2:
+            return None
+        cols = self.feature_columns
+        names = cols if cols and arr.shape[1] == len(cols) else range(arr.shape[1])
+        return {name: arr[:, i] for i, name in enumerate(names)}
+
+    @staticmethod
+    def _columns_matrix(columns: Columns, names: list[str] | None) -> np.ndarray:
+        """The model's 2-D input from columns (a 2-D column, e.g. a Concatenator's, gives several)."""
+        names = names or list(columns)
+        missing = [c for c in names if c not in columns]
+        if missing:
+            raise InvalidArgumentError(f"missing input column(s): {', '.join(map(str, missing))}", field="inputs")
+        arrays = [columns[c] for c in names]
+        if len(arrays) == 1 and arrays[0].ndim == 2:
+            return arrays[0]
+        return np.column_stack(arrays)
 
     # --- what a framework implements -------------------------------------------
     def _predict_numpy(self, data: np.ndarray, **kwargs: Any) -> Any:
