@@ -13,7 +13,13 @@ $(STAMP): requirements.txt constraints.txt $(addsuffix /pyproject.toml,$(PACKAGE
 	$(PY) -m pip install -q --no-deps $(addprefix -e ,$(PACKAGES))
 	touch $(STAMP)
 
-setup: $(STAMP)
+# Horovod has no wheel that builds against torch 2.x: one from its sdist, patched (cached in .cache/wheels/).
+HOROVOD_STAMP := $(VENV)/.horovod-installed
+$(HOROVOD_STAMP): $(STAMP) scripts/build_horovod.sh
+	PY=$(PY) scripts/build_horovod.sh
+	touch $@
+
+setup: $(STAMP) $(HOROVOD_STAMP)
 
 # The main job: train on the embedded defaults (local Ray, SQLite, a local store), then serve predictions.
 demo: setup

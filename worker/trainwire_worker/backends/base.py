@@ -95,6 +95,7 @@ def write_model_metadata(directory: str, framework: str, feature_columns: list[s
 
 _REGISTRY = {
     "torch": "trainwire_worker.backends.torch:TorchBackend",
+    "horovod": "trainwire_worker.backends.horovod:HorovodBackend",
     "xgboost": "trainwire_worker.backends.xgboost:XGBoostBackend",
     "lightgbm": "trainwire_worker.backends.lightgbm:LightGBMBackend",
     "tensorflow": "trainwire_worker.backends.tensorflow:TensorflowBackend",
