@@ -127,6 +127,11 @@ class Predictor:
         if isinstance(data, pd.DataFrame):
             if not data.columns.is_unique:
                 return None
+            dtypes = set(data.dtypes)
+            if len(dtypes) == 1 and isinstance(dtype := dtypes.pop(), np.dtype) and dtype.kind in "iuf":
+                # One numpy block: one conversion, then a view per column (a column at a time costs more).
+                arr = data.to_numpy()
+                return {c: arr[:, i] for i, c in enumerate(data.columns)}
             return {c: data[c].to_numpy() for c in data.columns}
         if isinstance(data, dict):
             return {k: _column(v, k) for k, v in data.items()}

@@ -71,83 +71,94 @@ class Vectorised:
 
 
 # --- scalers -------------------------------------------------------------------
-def _scaler(columns: list[str], outputs: list[str], scale: Callable[[str, np.ndarray], np.ndarray | None]) -> Step:
+# A scaler maps each column to (x - shift) / scale; ZEROS: zeros of the column's dtype.
+ZEROS = "zeros"
+
+
+def _scaler(
+    columns: list[str], outputs: list[str], params: dict[str, Any], always_float64: bool = False
+) -> Step | None:
+    """One step for a fitted scaler, from per-column (shift, scale) as the fit left them.
+
+    ``always_float64``: Ray computes this scaler in Arrow, in float64 whatever the input's
+    dtype (StandardScaler); the others compute in pandas with numpy's dtype rules, kept
+    here by using the same Python scalars on each column.
+    """
+    if any(v is None for v in params.values()):
+        return None  # a column without stats: transform_batch makes it all-NaN, in its own way
+    fusable = all(params[c] != ZEROS for c in columns)
+    shifts = np.array([float(params[c][0]) for c in columns]) if fusable else None
+    scales = np.array([float(params[c][1]) for c in columns]) if fusable else None
+
     def step(cols: Columns) -> Columns | None:
-        results = []
-        for name in columns:
-            arr = cols.get(name)
-            if arr is None or not _numeric(arr):
-                return None
-            scaled = scale(name, arr)
-            if scaled is None:
-                return None
-            results.append(scaled)
-        for name, scaled in zip(outputs, results):
-            cols[name] = scaled
+        arrays = [cols.get(name) for name in columns]
+        if any(a is None or not _numeric(a) for a in arrays):
+            return None
+        if (
+            fusable
+            and len({len(a) for a in arrays}) == 1
+            and (always_float64 or all(a.dtype == np.float64 for a in arrays))
+        ):
+            # All columns at once: the same float64 operations, one call each.
+            block = (np.column_stack(arrays).astype(np.float64, copy=False) - shifts) / scales
+            results = [block[:, i] for i in range(len(columns))]
+        else:
+            results = []
+            for name, arr in zip(columns, arrays):
+                param = params[name]
+                if param == ZEROS:
+                    results.append(np.zeros_like(arr))
+                elif always_float64:
+                    results.append(np.subtract(arr, float(param[0]), dtype=np.float64) / float(param[1]))
+                else:
+                    results.append((arr - param[0]) / param[1])
+        for name, out in zip(outputs, results):
+            cols[name] = out
         return cols
 
     return step
 
 
-def _standard(p: Any) -> Step:
-    stats = p.stats_
-
-    def scale(name: str, arr: np.ndarray) -> np.ndarray | None:
-        mean, std = stats[f"mean({name})"], stats[f"std({name})"]
-        if mean is None or std is None:
-            return None
-        if std < _EPSILON:
-            std = 1
-        # Ray computes this one in Arrow: float64 throughout, whatever the input's dtype.
-        return np.subtract(arr, float(mean), dtype=np.float64) / float(std)
-
-    return _scaler(p._columns, p._output_columns, scale)
+def _standard(p: Any) -> Step | None:
+    params: dict[str, Any] = {}
+    for name in p._columns:
+        mean, std = p.stats_[f"mean({name})"], p.stats_[f"std({name})"]
+        params[name] = None if mean is None or std is None else (mean, 1 if std < _EPSILON else std)
+    return _scaler(p._columns, p._output_columns, params, always_float64=True)
 
 
-def _min_max(p: Any) -> Step:
-    stats = p.stats_
-
-    def scale(name: str, arr: np.ndarray) -> np.ndarray | None:
-        low, high = stats[f"min({name})"], stats[f"max({name})"]
+def _min_max(p: Any) -> Step | None:
+    params: dict[str, Any] = {}
+    for name in p._columns:
+        low, high = p.stats_[f"min({name})"], p.stats_[f"max({name})"]
         if low is None or high is None:
-            return None
+            params[name] = None
+            continue
         diff = high - low
-        if diff < _EPSILON:
-            diff = 1
-        return (arr - low) / diff
-
-    return _scaler(p._columns, p._output_columns, scale)
+        params[name] = (low, 1 if diff < _EPSILON else diff)
+    return _scaler(p._columns, p._output_columns, params)
 
 
-def _max_abs(p: Any) -> Step:
-    stats = p.stats_
-
-    def scale(name: str, arr: np.ndarray) -> np.ndarray | None:
-        abs_max = stats[f"abs_max({name})"]
-        if abs_max is None:
-            return None
-        if abs_max == 0:
-            abs_max = 1
-        return arr / abs_max
-
-    return _scaler(p._columns, p._output_columns, scale)
+def _max_abs(p: Any) -> Step | None:
+    params: dict[str, Any] = {}
+    for name in p._columns:
+        abs_max = p.stats_[f"abs_max({name})"]
+        params[name] = None if abs_max is None else (0, 1 if abs_max == 0 else abs_max)
+    return _scaler(p._columns, p._output_columns, params)
 
 
-def _robust(p: Any) -> Step:
-    stats = p.stats_
-
-    def scale(name: str, arr: np.ndarray) -> np.ndarray | None:
-        low = stats[f"low_quantile({name})"]
-        median = stats[f"median({name})"]
-        high = stats[f"high_quantile({name})"]
+def _robust(p: Any) -> Step | None:
+    params: dict[str, Any] = {}
+    for name in p._columns:
+        low = p.stats_[f"low_quantile({name})"]
+        median = p.stats_[f"median({name})"]
+        high = p.stats_[f"high_quantile({name})"]
         if low is None or median is None or high is None:
-            return None
+            params[name] = None
+            continue
         diff = high - low
-        if diff == 0:
-            return np.zeros_like(arr)
-        return (arr - median) / diff
-
-    return _scaler(p._columns, p._output_columns, scale)
+        params[name] = ZEROS if diff == 0 else (median, diff)
+    return _scaler(p._columns, p._output_columns, params)
 
 
 # --- imputer -------------------------------------------------------------------
