@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PACKAGES := client coordinator worker predictor
 
-.PHONY: setup demo test lint protos redis-server
+.PHONY: setup demo test lint protos redis-server iproute2 twin-up twin-down
 
 $(STAMP): requirements.txt constraints.txt $(addsuffix /pyproject.toml,$(PACKAGES))
 	python3 -m venv $(VENV)
@@ -29,7 +29,11 @@ demo: setup
 redis-server:
 	@command -v redis-server >/dev/null || { apt-get update -qq && apt-get install -y -qq redis-server >/dev/null; }
 
-test: setup redis-server
+# The twin (tests/test_twin.py, make twin-up) makes network namespaces with iproute2.
+iproute2:
+	@command -v ip >/dev/null || { apt-get update -qq && apt-get install -y -qq iproute2 >/dev/null; }
+
+test: setup redis-server iproute2
 	$(PY) -m pytest -q
 
 lint: setup
@@ -38,3 +42,13 @@ lint: setup
 
 protos: setup
 	$(PY) scripts/gen_protos.py
+
+# docker-compose.yml as separate hosts on this machine (root): one network namespace per
+# service replica. Left running; `make twin-down` ends it. TWIN_SCALE="ray-worker=2 predictor=2".
+TWIN_STATE ?= deploy/.twin/state.json
+TWIN_SCALE ?=
+twin-up: setup redis-server iproute2
+	$(PY) -m deploy.twin up --detach --host-access --state $(TWIN_STATE) $(addprefix --scale=,$(TWIN_SCALE))
+
+twin-down:
+	$(PY) -m deploy.twin down --state $(TWIN_STATE)

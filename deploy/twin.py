@@ -163,7 +163,7 @@ class Twin:
 
     def _save(self) -> None:
         self.state["replicas"] = {
-            r.name: {"service": r.service, "netns": r.netns, "ip": r.ip, "pid": r.pid}
+            r.name: {"service": r.service, "netns": r.netns, "ip": r.ip, "veth": r.veth, "pid": r.pid}
             for r in [*self.replicas.values(), *([self.client] if self.client else [])]
         }
         self.state_path.parent.mkdir(parents=True, exist_ok=True)
@@ -688,11 +688,35 @@ def _down(args: argparse.Namespace) -> int:
 
 def _exec(args: argparse.Namespace) -> int:
     state = _read_state(args.state)
-    replica = state["replicas"].get(args.replica) or state["replicas"].get(f"{args.replica}-1")
-    if replica is None:
-        raise SystemExit(f"no replica {args.replica!r}; one of: {', '.join(state['replicas'])}")
+    replica = _replica(state, args.replica)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     return subprocess.call(["ip", "netns", "exec", replica["netns"], *command])
+
+
+def _replica(state: dict[str, Any], name: str) -> dict[str, Any]:
+    replica = state["replicas"].get(name) or state["replicas"].get(f"{name}-1")
+    if replica is None:
+        raise SystemExit(f"no replica {name!r}; one of: {', '.join(state['replicas'])}")
+    return replica
+
+
+def _kill(args: argparse.Namespace) -> int:
+    """Kills every process of one replica's host (the twin restarts it if its policy says so)."""
+    replica = _replica(_read_state(args.state), args.replica)
+    pids = _namespace_pids(replica["netns"])
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.Signals[f"SIG{args.signal}"])
+    print(f"{args.replica}: sent SIG{args.signal} to {len(pids)} processes")
+    return 0
+
+
+def _link(args: argparse.Namespace) -> int:
+    """Takes one replica's link down (a cut host) or up again."""
+    replica = _replica(_read_state(args.state), args.replica)
+    _ip("link", "set", replica["veth"], args.updown)
+    print(f"{args.replica}: link {replica['veth']} {args.updown}")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -716,6 +740,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("replica")
     p.add_argument("command", nargs=argparse.REMAINDER)
     p.set_defaults(fn=_exec)
+    p = sub.add_parser("kill", help="signal every process of a replica's host (e.g. a lost Ray worker)")
+    p.add_argument("--state", required=True)
+    p.add_argument("--signal", default="KILL", choices=["KILL", "TERM", "INT", "STOP", "CONT"])
+    p.add_argument("replica")
+    p.set_defaults(fn=_kill)
+    p = sub.add_parser("link", help="take a replica's link down or up (a cut host)")
+    p.add_argument("--state", required=True)
+    p.add_argument("replica")
+    p.add_argument("updown", choices=["down", "up"])
+    p.set_defaults(fn=_link)
     args = parser.parse_args(argv)
     if args.verb == "up" and args.detach and not args.state:
         parser.error("--detach needs --state")

@@ -1,0 +1,230 @@
+"""The compose topology as separate hosts (the twin): a fit on the cluster, served by the predictor replicas.
+
+Needs root and iproute2 (``make test`` in CI has both); skipped elsewhere.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from deploy.twin import REPO, leftovers, load_compose
+
+pytestmark = [
+    pytest.mark.skipif(os.geteuid() != 0, reason="the twin makes network namespaces: needs root"),
+    pytest.mark.skipif(shutil.which("ip") is None, reason="the twin needs iproute2 (`ip`)"),
+]
+
+COMPOSE_FILE = REPO / "docker-compose.yml"
+ENV_FILE = REPO / ".env.example"
+
+
+def _twin(*args: str, timeout_s: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "deploy.twin", *args], cwd=REPO, capture_output=True, text=True, timeout=timeout_s
+    )
+
+
+def _assert_gone(prefix: str) -> None:
+    assert leftovers(prefix) == []
+    names = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert f"{prefix}-" not in names
+    assert not Path(f"/tmp/{prefix}").exists()
+
+
+def _in_netns(netns: str, argv: list[str], env: dict[str, str], timeout_s: float) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        ["ip", "netns", "exec", netns, *argv], env=env, capture_output=True, text=True, timeout=timeout_s, cwd=REPO
+    )
+
+
+@pytest.mark.timeout(1500)
+def test_fit_on_the_twin_served_by_every_predictor_replica(tmp_path: Path):
+    state_path = tmp_path / "state.json"
+    started = time.monotonic()
+    up = _twin(
+        "up",
+        "--detach",
+        "--state",
+        str(state_path),
+        "--scale",
+        "ray-worker=1",
+        "--scale",
+        "predictor=2",
+        "--timeout-s",
+        "600",
+        timeout_s=700,
+    )
+    state = json.loads(state_path.read_text()) if state_path.exists() else {}
+    prefix = state.get("prefix", "")
+    try:
+        assert up.returncode == 0, up.stdout + up.stderr
+        up_s = time.monotonic() - started
+        replicas = state["replicas"]
+        assert {"redis-1", "minio-1", "create-bucket-1", "ray-head-1", "ray-worker-1", "coordinator-1"} <= set(replicas)
+        assert {"predictor-1", "predictor-2"} <= set(replicas)
+        assert len({r["netns"] for r in replicas.values()}) == len(replicas), "one namespace per replica"
+        assert len({r["ip"] for r in replicas.values()}) == len(replicas), "one address per replica"
+
+        aws = {
+            k: v
+            for k, v in load_compose(COMPOSE_FILE, ENV_FILE)["services"]["predictor"]["environment"].items()
+            if k.startswith("AWS_")
+        }
+        home = tmp_path / "client-home"
+        home.mkdir()
+        env = {
+            "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
+            "HOME": str(home),
+            "TMPDIR": str(home),
+            "TRAINWIRE_ADDRESS": "coordinator:50051",  # by service name, from the client host
+            **aws,
+        }
+        client = replicas["client"]["netns"]
+        for address in ("coordinator:50051", "predictor-1:8001", "predictor-2:8001"):
+            probe = _in_netns(client, ["trainwire", "health", address], env, 30)
+            assert probe.returncode == 0 and "SERVING" in probe.stdout, probe.stdout + probe.stderr
+
+        fit_started = time.monotonic()
+        smoke = _in_netns(
+            client,
+            [sys.executable, "deploy/smoke.py", "--predictor", "predictor-1:8001", "--predictor", "predictor-2:8001"],
+            env,
+            600,
+        )
+        assert smoke.returncode == 0, smoke.stdout[-3000:] + smoke.stderr[-5000:]
+        report = json.loads(smoke.stdout.strip().splitlines()[-1])
+        assert report["state"] == "SUCCEEDED"
+        assert report["checkpoint"].startswith("s3://trainwire/store/runs/")
+        for address, served in report["predictors"].items():
+            assert served["same_as_local"], address
+            assert served["rows"] == 171 and served["accuracy"] > 0.9, served
+        assert set(report["predictors"]) == {"predictor-1:8001", "predictor-2:8001"}
+
+        # The run's checkpoints are in the bucket, its state in Redis.
+        listing = _in_netns(
+            client,
+            [
+                sys.executable,
+                "-c",
+                "import boto3, sys; s3 = boto3.client('s3', endpoint_url='http://minio:9000');"
+                "r = s3.list_objects_v2(Bucket='trainwire', Prefix=f'store/runs/{sys.argv[1]}/');"
+                "print('\\n'.join(o['Key'] for o in r.get('Contents', [])))",
+                report["run_id"],
+            ],
+            env,
+            60,
+        )
+        assert listing.returncode == 0, listing.stderr
+        run_dir = f"store/runs/{report['run_id']}"
+        assert f"{run_dir}/checkpoints.json" in listing.stdout.split(), listing.stdout
+        assert f"{run_dir}/checkpoints/checkpoint_000020/worker_0.json" in listing.stdout.split(), listing.stdout
+        keys = _in_netns(client, ["redis-cli", "-h", "redis", "--scan", "--pattern", f"*{report['run_id']}*"], env, 30)
+        assert report["run_id"] in keys.stdout, keys.stdout + keys.stderr
+        print(f"twin up {up_s:.0f} s, fit + predictions {time.monotonic() - fit_started:.0f} s: {report}")
+    finally:
+        if state_path.exists():
+            down = _twin("down", "--state", str(state_path), timeout_s=300)
+            assert down.returncode == 0, down.stdout + down.stderr
+    assert prefix
+    _assert_gone(prefix)
+    assert not state_path.exists()
+
+
+TINY_COMPOSE = """
+name: tiny
+services:
+  redis:
+    image: redis:7.4-alpine
+    command: ["redis-server", "--port", "6379", "--save", "", "--protected-mode", "no"]
+    healthcheck:
+      test: ["CMD", "redis-cli", "ping"]
+      timeout: 3s
+    restart: unless-stopped
+  broken:
+    image: trainwire:latest
+    build: .
+    command: ["coordinator", "--no-such-flag"]
+    depends_on:
+      redis:
+        condition: service_healthy
+    healthcheck:
+      test: ["CMD", "trainwire", "health", "localhost:50051"]
+    restart: "no"
+  needs-broken:
+    image: redis:7.4-alpine
+    depends_on:
+      broken:
+        condition: service_completed_successfully
+    healthcheck:
+      test: ["CMD", "redis-cli", "ping"]
+    restart: "no"
+"""
+
+
+@pytest.fixture()
+def tiny_compose(tmp_path: Path) -> Path:
+    (tmp_path / "Dockerfile").write_text("FROM scratch\n")
+    path = tmp_path / "docker-compose.yml"
+    path.write_text(TINY_COMPOSE)
+    return path
+
+
+@pytest.mark.timeout(180)
+def test_a_failed_start_leaves_nothing(tiny_compose: Path, tmp_path: Path):
+    state_path = tmp_path / "state.json"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "deploy.twin", "up", "-f", str(tiny_compose), "--env-file", "/dev/null"]
+        + ["--state", str(state_path), "--timeout-s", "60"],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    out, err = proc.communicate(timeout=150)
+    assert proc.returncode == 1, out + err
+    assert "broken exited with 2" in err and "--no-such-flag" in err, err
+    # Everything it made is gone, and the state file that named it.
+    _assert_gone(f"tw{proc.pid}")
+    assert not state_path.exists()
+
+
+@pytest.mark.timeout(180)
+def test_ctrl_c_tears_down(tiny_compose: Path, tmp_path: Path):
+    tiny_compose.write_text(TINY_COMPOSE.split("  broken:")[0])
+    state_path = tmp_path / "state.json"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "deploy.twin", "up", "-f", str(tiny_compose), "--env-file", "/dev/null"]
+        + ["--state", str(state_path)],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    prefix = f"tw{proc.pid}"
+    try:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            if state_path.exists() and json.loads(state_path.read_text() or "{}").get("status") == "up":
+                break
+            assert proc.poll() is None, proc.stdout.read()
+            time.sleep(0.2)
+        state = json.loads(state_path.read_text())
+        assert state["prefix"] == prefix and state["namespaces"] and state["replicas"]["redis-1"]["pid"]
+        assert leftovers(prefix), "the twin is up"
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert "SIGINT: tearing down" in out, out
+    _assert_gone(prefix)
+    assert not state_path.exists()
