@@ -7,6 +7,7 @@ import hmac
 import os
 import signal
 import socket
+import sys
 import threading
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from typing import Any, Protocol
@@ -126,10 +127,14 @@ async def serve_until_signalled(
     banner: str,
     on_stop: Callable[[], Awaitable[None] | None] | None = None,
     stop_deadline_s: float = STOP_DEADLINE_S,
+    *,
+    stop_with_parent: bool = False,
 ) -> None:
     """Starts ``server``, prints ``<banner> listening on <address>``, stops on SIGTERM or SIGINT.
 
-    The process exits at most ``stop_deadline_s`` after the signal, however busy it is.
+    The process exits at most ``stop_deadline_s`` after the signal, however busy it is. With
+    ``stop_with_parent``, the end of standard input (the parent that holds the pipe has exited,
+    however it died) stops it the same way: an embedded service never outlives its program.
     """
     address = await server.start()
     stop = asyncio.Event()
@@ -142,6 +147,17 @@ async def serve_until_signalled(
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, on_signal)
+    if stop_with_parent:
+        stdin_fd = sys.stdin.fileno()
+
+        def wait_for_parent() -> None:
+            # The raw descriptor, not sys.stdin: a thread blocked in a buffered read holds a lock
+            # that interpreter shutdown needs.
+            while os.read(stdin_fd, 1 << 16):
+                pass  # EOF: every writer of the pipe is gone
+            on_signal(signal.SIGTERM, None)
+
+        threading.Thread(target=wait_for_parent, name="trainwire-parent-watch", daemon=True).start()
     print(f"{banner} listening on {address}", flush=True)
     try:
         await stop.wait()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import logging
 import os
 import subprocess
 import sys
@@ -14,6 +15,42 @@ from trainwire.errors import FrameworkNotInstalledError, UnavailableError
 _lock = threading.Lock()
 _client: CoordinatorClient | None = None
 _embedded: subprocess.Popen | None = None
+logger = logging.getLogger(__name__)
+
+# An embedded coordinator that dies is started again this many times, on the same port,
+# store and state, so the runs it drove carry on and watchers reconnect (as a service's
+# restart policy would do).
+EMBEDDED_RESTARTS = 5
+
+
+def _spawn_embedded(cmd: list[str]) -> tuple[subprocess.Popen, str]:
+    # stdin is a pipe only this process holds: when it dies, however, the coordinator sees EOF and stops.
+    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        if "listening on" in line:
+            # Keep draining stdout so the coordinator never blocks on a full pipe.
+            threading.Thread(target=proc.stdout.read, daemon=True).start()
+            return proc, line.rsplit(" ", 1)[-1].strip()
+    raise UnavailableError(f"the embedded coordinator exited with code {proc.wait()} before listening")
+
+
+def _supervise(proc: subprocess.Popen, cmd: list[str]) -> None:
+    """Restarts the embedded coordinator when it dies, unless ``shutdown()`` stopped it."""
+    global _embedded
+    for _ in range(EMBEDDED_RESTARTS):
+        code = proc.wait()
+        with _lock:
+            if _embedded is not proc:
+                return  # stopped on purpose
+            logger.warning("the embedded coordinator exited with code %s; starting it again", code)
+            try:
+                proc, _ = _spawn_embedded(cmd)
+            except UnavailableError:
+                logger.exception("the embedded coordinator could not be started again")
+                _embedded = None
+                return
+            _embedded = proc
 
 
 def _start_embedded(store: str | None, state: str | None, num_cpus: int | None) -> str:
@@ -22,23 +59,20 @@ def _start_embedded(store: str | None, state: str | None, num_cpus: int | None) 
 
     if importlib.util.find_spec("trainwire_coordinator") is None:
         raise FrameworkNotInstalledError("an embedded coordinator", "trainwire-coordinator")
-    cmd = [sys.executable, "-m", "trainwire_coordinator", "--port", "0"]
+    cmd = [sys.executable, "-m", "trainwire_coordinator", "--exit-with-parent"]
     if store:
         cmd += ["--store", store]
     if state:
         cmd += ["--state", state]
     if num_cpus:
         cmd += ["--ray-num-cpus", str(num_cpus)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
-    assert proc.stdout is not None
-    for line in proc.stdout:
-        if "listening on" in line:
-            _embedded = proc
-            atexit.register(shutdown)
-            # Keep draining stdout so the coordinator never blocks on a full pipe.
-            threading.Thread(target=proc.stdout.read, daemon=True).start()
-            return line.rsplit(" ", 1)[-1].strip()
-    raise UnavailableError(f"the embedded coordinator exited with code {proc.wait()} before listening")
+    proc, address = _spawn_embedded([*cmd, "--port", "0"])
+    _embedded = proc
+    atexit.register(shutdown)
+    # Restarts bind the same port, so clients (and their watch streams) reconnect to it.
+    port = address.rsplit(":", 1)[1]
+    threading.Thread(target=_supervise, args=(proc, [*cmd, "--port", port]), daemon=True).start()
+    return address
 
 
 def init(
@@ -80,9 +114,9 @@ def shutdown() -> None:
             _client.close()
             _client = None
         if _embedded is not None:
-            _embedded.terminate()
+            proc, _embedded = _embedded, None  # first, so the supervisor does not start it again
+            proc.terminate()
             try:
-                _embedded.wait(10)  # it exits within 8 s of SIGTERM
+                proc.wait(10)  # it exits within 8 s of SIGTERM
             except subprocess.TimeoutExpired:
-                _embedded.kill()
-            _embedded = None
+                proc.kill()

@@ -180,12 +180,19 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--ray-address", help="Ray cluster to join; default: start a local one")
     parser.add_argument("--ray-num-cpus", type=int)
     parser.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on this port (0: off)")
+    parser.add_argument(
+        "--exit-with-parent", action="store_true", help="stop when standard input closes (embedded use)"
+    )
     add_tls_arguments(parser)
     args = parser.parse_args(argv)
+    exit_with_parent = vars(args).pop("exit_with_parent")
     overrides = {k: v for k, v in vars(args).items() if v is not None}
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     asyncio.run(
         serve_until_signalled(
-            CoordinatorServer(CoordinatorSettings(**overrides)), "trainwire coordinator", ray.shutdown
+            CoordinatorServer(CoordinatorSettings(**overrides)),
+            "trainwire coordinator",
+            ray.shutdown,
+            stop_with_parent=exit_with_parent,
         )
     )
