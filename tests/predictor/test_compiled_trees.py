@@ -253,3 +253,30 @@ def test_a_library_that_disagrees_is_not_used(tree_store, tmp_path):
     model, result = _load(repo, "wrong")
     assert result.compiled is None and "differ" in result.reason
     assert model.predictor.compiled is None
+
+
+def test_the_service_serves_the_compiled_forest(tree_store):
+    """Settings -> server -> repository: ModelInfer answers from the compiled library, within 1e-6."""
+    from trainwire.predictor_client import PredictorClient
+    from trainwire_predictor.server import PredictorThread
+    from trainwire_predictor.settings import PredictorSettings
+
+    thread = PredictorThread(PredictorSettings(port=0, store=tree_store.uri, index_refresh_s=0.2))
+    thread.start()
+    try:
+        x, _ = _data(seed=8)
+        with PredictorClient(thread.server.address) as client:
+            first = client.predict("lgb-multiclass", x[:40])  # the framework answers while it compiles
+            result = asyncio.run_coroutine_threadsafe(
+                thread.models.wait_compiled("lgb-multiclass"), thread.loop
+            ).result(120)
+            assert result is not None and result.compiled is not None
+            served = client.predict("lgb-multiclass", x[:40])
+        model = asyncio.run_coroutine_threadsafe(thread.models.get("lgb-multiclass"), thread.loop).result(30)
+        assert model.predictor.compiled is result.compiled
+        expected = model.predictor.framework_predict(x[:40])
+        assert list(served.columns) == list(first.columns) == [f"predictions_{i}" for i in range(4)]
+        np.testing.assert_allclose(served.to_numpy(), expected, rtol=0, atol=1e-6)
+        np.testing.assert_allclose(first.to_numpy(), expected, rtol=0, atol=1e-6)
+    finally:
+        thread.stop()
