@@ -134,7 +134,7 @@ class Predictor:
                 return {c: arr[:, i] for i, c in enumerate(data.columns)}
             return {c: data[c].to_numpy() for c in data.columns}
         if isinstance(data, dict):
-            return {k: _column(v, k) for k, v in data.items()}
+            return {k: v if type(v) is np.ndarray and v.ndim == 1 else _column(v, k) for k, v in data.items()}
         arr = np.asarray(data)
         if arr.ndim == 1:
             arr = arr.reshape(-1, 1)

@@ -36,6 +36,7 @@ Step = Callable[[Columns], "Columns | None"]
 
 _EPSILON = 1e-8  # ray.data.preprocessors.scaler._EPSILON
 _NUMERIC = "iuf"
+_FLOAT64 = np.dtype(np.float64)
 
 
 def _numeric(arr: np.ndarray) -> bool:
@@ -91,14 +92,15 @@ def _scaler(
     scales = np.array([float(params[c][1]) for c in columns]) if fusable else None
 
     def step(cols: Columns) -> Columns | None:
-        arrays = [cols.get(name) for name in columns]
-        if any(a is None or not _numeric(a) for a in arrays):
-            return None
-        if (
-            fusable
-            and len({len(a) for a in arrays}) == 1
-            and (always_float64 or all(a.dtype == np.float64 for a in arrays))
-        ):
+        arrays = []
+        all_float64 = True
+        for name in columns:
+            a = cols.get(name)
+            if a is None or a.ndim != 1 or a.dtype.kind not in _NUMERIC:
+                return None
+            all_float64 = all_float64 and a.dtype == _FLOAT64
+            arrays.append(a)
+        if fusable and (always_float64 or all_float64):
             # All columns at once: the same float64 operations, one call each.
             block = (np.column_stack(arrays).astype(np.float64, copy=False) - shifts) / scales
             results = [block[:, i] for i in range(len(columns))]
