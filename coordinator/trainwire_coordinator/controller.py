@@ -349,10 +349,9 @@ class RunController:
         finally:
             clean = error is None and not self._interrupt.is_set()
             try:
-                if self._suspend_requested:
-                    clean = False  # a stopping coordinator has seconds left: kill, don't wind down
-                else:
-                    await asyncio.wait_for(self.backend.on_shutdown(group, self.request), 10)
+                # A failed or interrupted group may hang in a collective: the backend gets a moment
+                # to release what it holds on this side (rendezvous servers), then the actors die.
+                await asyncio.wait_for(self.backend.on_shutdown(group, self.request), 10 if clean else 1)
             except Exception:  # noqa: BLE001 - best effort on a group being torn down
                 clean = False
             if clean and self.backend.reuse_workers and not self.scaling.elastic:
