@@ -19,6 +19,9 @@ wheel=$(ls "$dir"/horovod-"$VERSION"-*.whl 2>/dev/null | head -n 1 || true)
 
 if [ -z "$wheel" ]; then
     echo "building horovod $VERSION for $key (several minutes)" >&2
+    for tool in cmake g++ make; do
+        command -v "$tool" >/dev/null || { apt-get update -qq && apt-get install -y -qq cmake g++ make >/dev/null; break; }
+    done
     work=$(mktemp -d)
     trap 'rm -rf "$work"' EXIT
     "$PY" -m pip download -q --no-deps --no-binary :all: "horovod==$VERSION" -d "$work"
