@@ -101,7 +101,7 @@ class DatasetService:
             return self._info(header.sha256)  # content-addressed: stored once
         try:
             table = ipc.open_stream(pa.BufferReader(buf.getvalue())).read_all()
-        except pa.ArrowException as exc:
+        except (pa.ArrowException, OSError, ValueError) as exc:  # pyarrow raises OSError for a bad stream
             raise InvalidArgumentError(f"upload is not an Arrow IPC stream: {exc}", field="chunk") from exc
         directory = self.store.dataset_dir(header.sha256)
         sink = io.BytesIO()
@@ -144,21 +144,24 @@ def split_beside_reservation(ds: DatasetSchema, world_size: int, preprocessor: A
     The run's placement group may hold every CPU of the cluster (``num_workers=os.cpu_count()``), and
     Ray Data's tasks ask for a CPU each by default: they would wait for ever while the workers wait for
     their rows. As the workers block on their iterators while those tasks run, the tasks borrow the
-    workers' reserved CPUs: they ask for none, run in the run's placement group (on its nodes, ended
-    with it), and at most ``world_size`` run at once.
+    workers' reserved CPUs: they ask for none, run only on the nodes of the run's placement group
+    (a label selector on every task of the dataset) and at most ``world_size`` run at once.
     """
-    import ray.data
-    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+    import copy
 
-    in_reservation = PlacementGroupSchedulingStrategy(placement_group)
+    import ray.data
+    from ray.util import placement_group_table
+
     data = ray.data.read_datasource(
-        files_datasource(ds.uri, ds.format),
-        num_cpus=0,
-        concurrency=world_size,
-        ray_remote_args={"scheduling_strategy": in_reservation},
+        files_datasource(ds.uri, ds.format), num_cpus=0, compute=ray.data.TaskPoolStrategy(size=world_size)
     )
     if preprocessor is not None:
         data = preprocessor.transform(data, num_cpus=0, concurrency=world_size)
+    nodes = sorted(set(placement_group_table(placement_group)["bundles_to_node_id"].values()))
+    data = data.copy(data)  # its own DataContext, as Ray Train's DataConfig does
+    options = copy.deepcopy(data.context.execution_options)
+    options.label_selector = {**(options.label_selector or {}), "ray.io/node-id": f"in({','.join(nodes)})"}
+    data.context.execution_options = options
     return data.streaming_split(world_size, equal=True)
 
 
@@ -167,8 +170,8 @@ def fit_wait_reason(dataset_name: str) -> str:
     import ray
 
     return (
-        f"waiting for resources: fitting the preprocessor on dataset {dataset_name!r} runs Ray Data tasks "
-        f"of 1 CPU each (cluster has {ray.available_resources()} available)"
+        f"fitting the preprocessor on dataset {dataset_name!r} before reserving the workers: its Ray Data "
+        f"tasks need 1 CPU each (cluster has {ray.available_resources()} available)"
     )
 
 
