@@ -244,3 +244,12 @@ def test_a_failing_rank_fails_the_run_promptly(coordinator):
     assert (error.world_rank, error.exc_type) == (1, "ValueError")
     assert "rank 1 gives up" in str(error)
     assert time.monotonic() - start < 60
+
+
+def test_the_predictor_service_serves_horovod_checkpoints_as_torch(first_run, store):
+    from trainwire_predictor.model_repository import PREDICTORS, detect_framework
+
+    result, _ = first_run
+    checkpoint_id = result.checkpoint.uri.rstrip("/").rsplit("/", 1)[-1]
+    assert detect_framework(store, store.checkpoint_dir(result.run_id, checkpoint_id)) == "horovod"
+    assert PREDICTORS["horovod"] == ("trainwire.torch.predictor", "TorchPredictor")
