@@ -7,6 +7,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Literal
 
+from google.protobuf import json_format, message, struct_pb2
+
 from trainwire.errors import InvalidArgumentError
 from trainwire.v1 import common_pb2
 
@@ -14,6 +16,28 @@ _STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
 
 
 _URI_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+
+
+def check_structs(msg: message.Message, prefix: str = "") -> None:
+    """Raises InvalidArgumentError naming the first Struct in ``msg`` that is not JSON (NaN, Infinity)."""
+    for desc, value in msg.ListFields():
+        if desc.message_type is None:
+            continue
+        name = f"{prefix}{desc.name}"
+        if desc.message_type.GetOptions().map_entry:
+            items = [(f"{name}[{key}]", item) for key, item in value.items()]
+        elif isinstance(value, message.Message):
+            items = [(name, value)]
+        else:  # a repeated field
+            items = [(f"{name}[{i}]", item) for i, item in enumerate(value)]
+        for path, item in items:
+            if isinstance(item, struct_pb2.Struct):
+                try:
+                    json_format.MessageToDict(item)
+                except ValueError as exc:
+                    raise InvalidArgumentError(f"{path} must be JSON: {exc}", field=path) from exc
+            elif isinstance(item, message.Message):
+                check_structs(item, f"{path}.")
 
 
 def _check_resources(resources: dict[str, float] | None, name: str) -> None:

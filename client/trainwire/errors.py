@@ -8,6 +8,18 @@ from __future__ import annotations
 
 import grpc
 
+# UTF-8 bytes; the status's grpc-message percent-encodes (x3) and its details base64 the message (x4/3).
+MAX_MESSAGE_BYTES = 1024
+MAX_FIELD_BYTES = 256
+
+
+def _clip(text: str, limit: int) -> str:
+    """``text`` cut to at most ``limit`` UTF-8 bytes, marked "..." where it was cut."""
+    data = text.encode("utf-8", "backslashreplace")
+    if len(data) <= limit:
+        return text
+    return data[: limit - 3].decode("utf-8", "ignore") + "..."
+
 
 class TrainwireError(Exception):
     """Base of every error trainwire reports to a caller.
@@ -20,6 +32,10 @@ class TrainwireError(Exception):
     code: grpc.StatusCode = grpc.StatusCode.INTERNAL
 
     def __init__(self, message: str, *, field: str = "") -> None:
+        # Messages quote the caller's input; the status (message twice, field once) must stay well
+        # inside gRPC's 8 KiB metadata limit or the caller gets RESOURCE_EXHAUSTED instead of it.
+        message = _clip(message, MAX_MESSAGE_BYTES)
+        field = _clip(field, MAX_FIELD_BYTES)
         super().__init__(message)
         self.message = message
         self.field = field

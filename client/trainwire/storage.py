@@ -23,7 +23,7 @@ from urllib.parse import quote
 
 import pyarrow.fs as pafs
 
-from trainwire.errors import InvalidArgumentError, NotFoundError
+from trainwire.errors import DataLossError, InvalidArgumentError, NotFoundError
 
 MANIFEST_NAME = "manifest.json"
 INDEX_NAME = "checkpoints.json"
@@ -32,6 +32,8 @@ _CHUNK = 1 << 20
 # A plain path component: no separators, no "." or "..", nothing a filesystem treats specially.
 _COMPONENT = re.compile(r"^(?!\.{1,2}$)[A-Za-z0-9._-]{1,128}$")
 _MAX_RELATIVE_PATH = 1024
+_SCHEMES = ("file", "s3")
+_MAX_NAME_BYTES = 255  # the longest file name local filesystems take
 
 
 def is_path_component(value: str) -> bool:
@@ -44,9 +46,32 @@ def is_relative_path(value: str) -> bool:
     parts = value.split("/")
     return (
         0 < len(value) <= _MAX_RELATIVE_PATH
-        and all(p and p not in (".", "..") and p.isprintable() for p in parts)
+        and all(p and p not in (".", "..") and p.isprintable() and len(p.encode()) <= _MAX_NAME_BYTES for p in parts)
         and not any(c in value for c in "\\\x00")
     )
+
+
+def relative_to(path: str, src: str) -> str:
+    """``path``, listed by a filesystem under the directory ``src``, relative to ``src``.
+
+    Filesystems differ on a leading "/" (local paths have one, object-store keys do not), so
+    both sides are compared without it.
+
+    Raises:
+        DataLossError: ``path`` is not below ``src``, or not a plain relative path below it.
+    """
+    base = src.strip("/")
+    base = posixpath.normpath(base) if base else ""
+    listed = path.lstrip("/")
+    if not base:
+        rel = listed
+    elif listed.startswith(base + "/"):
+        rel = listed[len(base) + 1 :]
+    else:
+        rel = ""
+    if not is_relative_path(rel):
+        raise DataLossError(f"{path!r} is not a plain relative path below {src!r}; refusing to copy it")
+    return rel
 
 
 @dataclass(frozen=True)
@@ -62,8 +87,18 @@ def resolve(uri: str) -> tuple[pafs.FileSystem, str]:
     """Returns the pyarrow filesystem and path for a store URI or local path."""
     if not uri:
         raise InvalidArgumentError("a storage URI is required", field="storage_path")
+    if not uri.isprintable():
+        raise InvalidArgumentError(f"storage URI {uri!r} has NUL or other unprintable characters", field="storage_path")
     if "://" not in uri:
         return pafs.LocalFileSystem(), os.path.abspath(os.path.expanduser(uri))
+    scheme = uri.split("://", 1)[0].lower()
+    if scheme not in _SCHEMES:
+        # Other pyarrow filesystems (gs, hdfs, ...) reach out to hosts as they open: not from a caller's URI.
+        raise InvalidArgumentError(
+            f"unsupported storage URI scheme {scheme!r} in {uri!r}: use {', '.join(s + '://' for s in _SCHEMES)} "
+            "or a path",
+            field="storage_path",
+        )
     try:
         fs, path = pafs.FileSystem.from_uri(uri)
     except Exception as exc:  # pyarrow raises ArrowInvalid and friends
@@ -198,10 +233,8 @@ class Store:
         if not infos and not self.exists(src):
             raise NotFoundError(f"{self.uri_of(src)} does not exist")
         os.makedirs(local_dir, exist_ok=True)
-        for info in infos:
-            if info.type != pafs.FileType.File:
-                continue
-            rel = posixpath.relpath(info.path, src)
+        files = [(relative_to(info.path, src), info) for info in infos if info.type == pafs.FileType.File]
+        for rel, info in files:
             target = Path(local_dir, rel)
             target.parent.mkdir(parents=True, exist_ok=True)
             with self.fs.open_input_stream(info.path) as fin, open(target, "wb") as fout:
@@ -211,4 +244,4 @@ class Store:
     def walk_files(self, src: str) -> list[tuple[str, int]]:
         """(path relative to src, size) of every file under a directory."""
         infos = self.fs.get_file_info(pafs.FileSelector(src, recursive=True, allow_not_found=True))
-        return sorted((posixpath.relpath(i.path, src), i.size) for i in infos if i.type == pafs.FileType.File)
+        return sorted((relative_to(i.path, src), i.size) for i in infos if i.type == pafs.FileType.File)

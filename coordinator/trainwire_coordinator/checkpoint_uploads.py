@@ -10,9 +10,9 @@ from typing import Any
 
 from google.protobuf import json_format
 
-from trainwire.config import CheckpointConfig
+from trainwire.config import CheckpointConfig, check_structs
 from trainwire.errors import InvalidArgumentError
-from trainwire.storage import ManifestEntry, Store
+from trainwire.storage import MANIFEST_NAME, ManifestEntry, Store, is_relative_path
 from trainwire.v1 import coordinator_pb2
 from trainwire_coordinator.checkpoint_manager import CheckpointManager
 
@@ -21,16 +21,23 @@ UPLOADED_CHECKPOINT_ID = "checkpoint_000001"
 
 
 def _check_header(header: coordinator_pb2.UploadCheckpointHeader) -> dict[str, Any]:
-    if not header.run_name or "/" in header.run_name:
-        raise InvalidArgumentError("header.run_name must be non-empty and without '/'", field="header.run_name")
+    if not header.run_name or "/" in header.run_name or len(header.run_name) > 200:
+        raise InvalidArgumentError("header.run_name must be 1-200 characters without '/'", field="header.run_name")
+    check_structs(header, "header.")
     if not header.files:
         raise InvalidArgumentError("header.files must list the checkpoint's files", field="header.files")
     expected = {}
     for i, f in enumerate(header.files):
-        norm = posixpath.normpath(f.path)
-        if not f.path or f.path.startswith("/") or norm.startswith("..") or norm != f.path:
+        if not is_relative_path(f.path):
             raise InvalidArgumentError(
-                f"file path {f.path!r} must be relative and normalised", field=f"header.files[{i}].path"
+                f"file path {f.path!r} must be a plain relative path (no '..', '.', empty or absolute parts, "
+                "NUL or backslash; parts of at most 255 bytes)",
+                field=f"header.files[{i}].path",
+            )
+        if f.path == MANIFEST_NAME:
+            raise InvalidArgumentError(
+                f"{MANIFEST_NAME!r} is written by the coordinator; leave it out of an upload",
+                field=f"header.files[{i}].path",
             )
         if f.size_bytes < 0 or not _SHA256.match(f.sha256):
             raise InvalidArgumentError(
@@ -39,6 +46,13 @@ def _check_header(header: coordinator_pb2.UploadCheckpointHeader) -> dict[str, A
         if f.path in expected:
             raise InvalidArgumentError(f"file {f.path!r} is listed twice", field=f"header.files[{i}].path")
         expected[f.path] = f
+    # A path cannot be both a file and the directory of another file.
+    directories = {p.rsplit("/", n)[0] for p in expected for n in range(1, p.count("/") + 1)}
+    for i, f in enumerate(header.files):
+        if f.path in directories:
+            raise InvalidArgumentError(
+                f"file {f.path!r} is also listed as a directory of other files", field=f"header.files[{i}].path"
+            )
     return expected
 
 
@@ -71,6 +85,12 @@ async def receive_checkpoint(
             if chunk.offset != size:
                 raise InvalidArgumentError(
                     f"chunk of {chunk.path!r} at offset {chunk.offset}, expected {size}", field="chunk.offset"
+                )
+            if size + len(chunk.data) > expected[chunk.path].size_bytes:
+                raise InvalidArgumentError(
+                    f"file {chunk.path!r} is longer than its size_bytes={expected[chunk.path].size_bytes}; "
+                    "nothing was stored",
+                    field="chunk.data",
                 )
             if current is None or current[0] != chunk.path:
                 if current is not None:

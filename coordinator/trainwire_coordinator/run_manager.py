@@ -14,7 +14,7 @@ import ray
 from google.protobuf import timestamp_pb2
 
 from trainwire.checkpoint import Checkpoint
-from trainwire.config import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
+from trainwire.config import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig, check_structs
 from trainwire.errors import (
     InvalidArgumentError,
     NotFoundError,
@@ -171,6 +171,7 @@ class RunManager:
 
     def _validate(self, request: coordinator_pb2.FitRequest, *, check_capacity: bool = True) -> tuple[RunConfig, dict]:
         backend = get_backend(request.framework)
+        check_structs(request)
         if request.HasField("scaling_config"):
             ScalingConfig.from_proto(request.scaling_config)
         else:
@@ -197,7 +198,7 @@ class RunManager:
             try:
                 ckpt = Checkpoint(request.resume_from_checkpoint)
                 exists = ckpt.filesystem.get_file_info(ckpt.path).type != pafs.FileType.NotFound
-            except (InvalidArgumentError, OSError):
+            except (ValueError, OSError):  # InvalidArgumentError, ArrowInvalid, a store that cannot be reached
                 exists = False
             if not exists:
                 raise InvalidArgumentError(
@@ -402,6 +403,8 @@ def checkpoint_location(runs: RunManager, checkpoint: str) -> tuple[Store, str]:
                 field="checkpoint",
             )
         path = runs.store.path("runs", rel)
+        if runs.store.fs.get_file_info(path).type != pafs.FileType.Directory:
+            raise NotFoundError(f"no checkpoint directory at {checkpoint!r}")
         return Store.for_filesystem(runs.store.fs, path), path
     run_ref, _, checkpoint_id = checkpoint.partition("/")
     run = runs.get_run(run_ref)
