@@ -33,6 +33,7 @@ import socket
 import subprocess
 import sys
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -106,6 +107,8 @@ class Replica:
     proc: subprocess.Popen | None = field(default=None, repr=False)
     restarts: int = 0
     exited_at: float = 0.0
+    healthy: bool = False
+    check: Future | None = field(default=None, repr=False)
 
 
 class Twin:
@@ -142,7 +145,7 @@ class Twin:
         self.state_path = state_path or self.workdir / "state.json"
         self.host_access = host_access
         self.keep_workdir = keep_workdir
-        self.bridge = f"{self.prefix}br"
+        self.bridge = f"{self.prefix}-br"
         self.replicas: dict[str, Replica] = {}
         self.client: Replica | None = None
         self.state: dict[str, Any] = {
@@ -208,8 +211,8 @@ class Twin:
             netns, ip, veth, peer = (
                 f"{self.prefix}-{name}",
                 str(hosts[i + 1]),
-                f"{self.prefix}v{i}",
-                f"{self.prefix}p{i}",
+                f"{self.prefix}-v{i}",
+                f"{self.prefix}-p{i}",
             )
             _ip("netns", "add", netns)
             self.state["namespaces"].append(netns)
@@ -313,6 +316,10 @@ class Twin:
             "HOSTNAME": r.name,
             "LANG": "C.UTF-8",
             "PYTHONUNBUFFERED": "1",
+            # gRPC's default resolver (c-ares) merges hosts-file lines that share a name, so a
+            # replica's own name would resolve to every replica; glibc's does not (DNS, as
+            # Docker serves it, has no such problem).
+            "GRPC_DNS_RESOLVER": "native",
         }
         return {**base, **env}
 
@@ -377,28 +384,28 @@ class Twin:
     def replicas_of(self, service: str) -> list[Replica]:
         return [r for r in self.replicas.values() if r.service == service]
 
-    def _wait(self, service: str, condition: str, timeout_s: float) -> None:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            reps = self.replicas_of(service)
-            if condition == "service_completed_successfully":
-                codes = [r.proc.poll() if r.proc else None for r in reps]
-                if all(c == 0 for c in codes):
-                    return
-                failed = [c for c in codes if c not in (None, 0)]
-                policy = self.services[service].get("restart", "no")
-                if failed and not policy.startswith("on-failure"):
-                    raise TwinError(f"{service} exited with {failed[0]}: {self._tail(reps[0])}")
-            elif condition == "service_healthy":
-                if all(self.healthy(r) for r in reps):
-                    return
-            elif all(r.proc is not None for r in reps):
-                return
-            self._restart_exited()
-            if time.monotonic() > deadline:
-                tails = "\n".join(f"--- {r.name}:\n{self._tail(r)}" for r in reps)
-                raise TwinError(f"{service} not {condition} after {timeout_s:.0f} s\n{tails}")
-            time.sleep(1.0)
+    def _satisfied(self, service: str, condition: str) -> bool:
+        """Whether ``service`` meets a ``depends_on`` condition now (health as last checked)."""
+        reps = self.replicas_of(service)
+        if condition == "service_completed_successfully":
+            codes = [r.proc.poll() if r.proc else None for r in reps]
+            failed = [c for c in codes if c not in (None, 0)]
+            if failed and not str(self.services[service].get("restart", "no")).startswith("on-failure"):
+                raise TwinError(f"{service} exited with {failed[0]}:\n{self._tail(reps[0])}")
+            return all(c == 0 for c in codes)
+        if condition == "service_healthy":
+            return all(r.healthy for r in reps)
+        return all(r.proc is not None for r in reps)
+
+    def _refresh_health(self, pool: ThreadPoolExecutor) -> None:
+        """Runs the healthchecks of started, not yet healthy replicas, side by side."""
+        for r in self.replicas.values():
+            if r.check is not None and r.check.done():
+                r.healthy, r.check = bool(r.check.result()), None
+                if r.healthy:
+                    self._log(f"{r.name} healthy")
+            if r.proc is not None and not r.healthy and r.check is None:
+                r.check = pool.submit(self.healthy, r)
 
     def _tail(self, r: Replica, lines: int = 30) -> str:
         path = Path(r.workdir) / "log"
@@ -406,8 +413,12 @@ class Twin:
             return ""
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
 
+    def _log(self, message: str) -> None:
+        print(f"[twin +{time.monotonic() - self._t0:5.1f} s] {message}", flush=True)
+
     def up(self, timeout_s: float = 300.0) -> None:
         """Makes the network, starts every service in dependency order, waits for its conditions."""
+        self._t0 = time.monotonic()
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.state["workdir"] = str(self.workdir)
         self._save()
@@ -427,20 +438,37 @@ class Twin:
         self.client = Replica(CLIENT, 1, CLIENT, netns, ip, veth, str(self.workdir / CLIENT))
         self._write_hosts()
         deadline = time.monotonic() + timeout_s
-        for service in self._order():
-            for dep, how in (self.services[service].get("depends_on") or {}).items():
-                self._wait(dep, how.get("condition", "service_started"), max(1.0, deadline - time.monotonic()))
-            for r in self.replicas_of(service):
-                self._start(r)
         oneshots = {
             dep
             for spec in self.services.values()
             for dep, how in (spec.get("depends_on") or {}).items()
             if how.get("condition") == "service_completed_successfully"
         }
-        for service in self.services:
-            condition = "service_completed_successfully" if service in oneshots else "service_healthy"
-            self._wait(service, condition, max(1.0, deadline - time.monotonic()))
+        final = {s: "service_completed_successfully" if s in oneshots else "service_healthy" for s in self.services}
+        pending = self._order()
+        with ThreadPoolExecutor(max_workers=8, thread_name_prefix="twin-health") as pool:
+            while True:
+                self._refresh_health(pool)
+                # Start every service whose depends_on conditions hold, as compose does.
+                for service in list(pending):
+                    deps = (self.services[service].get("depends_on") or {}).items()
+                    if all(self._satisfied(d, how.get("condition", "service_started")) for d, how in deps):
+                        for r in self.replicas_of(service):
+                            self._start(r)
+                        pending.remove(service)
+                        self._log(f"started {service} x{len(self.replicas_of(service))}")
+                if not pending and all(self._satisfied(s, c) for s, c in final.items()):
+                    break
+                self._restart_exited()
+                if time.monotonic() > deadline:
+                    waiting = [s for s, c in final.items() if s in pending or not self._satisfied(s, c)]
+                    tails = "\n".join(f"--- {r.name}:\n{self._tail(r)}" for s in waiting for r in self.replicas_of(s))
+                    raise TwinError(f"not up after {timeout_s:.0f} s: {', '.join(waiting)}\n{tails}")
+                time.sleep(0.5)
+            for r in self.replicas.values():
+                if r.check is not None:
+                    r.check.cancel()
+        self._log("up")
         self.state["status"] = "up"
         self._save()
 
@@ -464,6 +492,7 @@ class Twin:
                 log.write(f"\n[twin] {r.name} exited with {rc}; restarting ({policy})\n".encode())
             r.restarts += 1
             r.exited_at = 0.0
+            r.healthy = False
             self._start(r)
 
     def supervise(self) -> None:
@@ -539,7 +568,7 @@ def leftovers(prefix: str) -> list[str]:
     found = [f"netns {n}" for n in _ip("netns", "list").stdout.split() if n.startswith(f"{prefix}-")]
     for line in _ip("-o", "link").stdout.splitlines():
         name = line.split(":")[1].strip().split("@")[0]
-        if name.startswith(prefix):
+        if name.startswith(f"{prefix}-"):
             found.append(f"link {name}")
     etc = Path("/etc/netns")
     if etc.exists():
@@ -650,7 +679,10 @@ def _print_summary(state: dict[str, Any], state_path: Path) -> None:
     for name, r in state["replicas"].items():
         print(f"  {name:<16} {r['ip']:<15} netns {r['netns']}")
     client = state["replicas"].get(CLIENT, {}).get("netns", "")
-    print(f"  run a client: ip netns exec {client} env TRAINWIRE_ADDRESS=coordinator:50051 <command>", flush=True)
+    print(
+        f"  run a client: ip netns exec {client} env GRPC_DNS_RESOLVER=native TRAINWIRE_ADDRESS=coordinator:50051 ...",
+        flush=True,
+    )
 
 
 def _read_state(path: str) -> dict[str, Any]:

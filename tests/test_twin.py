@@ -86,6 +86,7 @@ def test_fit_on_the_twin_served_by_every_predictor_replica(tmp_path: Path):
             "HOME": str(home),
             "TMPDIR": str(home),
             "TRAINWIRE_ADDRESS": "coordinator:50051",  # by service name, from the client host
+            "GRPC_DNS_RESOLVER": "native",  # c-ares merges hosts-file lines that share a name
             **aws,
         }
         client = replicas["client"]["netns"]
@@ -129,6 +130,14 @@ def test_fit_on_the_twin_served_by_every_predictor_replica(tmp_path: Path):
         assert f"{run_dir}/checkpoints/checkpoint_000020/worker_0.json" in listing.stdout.split(), listing.stdout
         keys = _in_netns(client, ["redis-cli", "-h", "redis", "--scan", "--pattern", f"*{report['run_id']}*"], env, 30)
         assert report["run_id"] in keys.stdout, keys.stdout + keys.stderr
+        # A cut predictor host: its link down, it no longer answers; the other replica does.
+        assert _twin("link", "--state", str(state_path), "predictor-2", "down").returncode == 0
+        cut = _in_netns(client, ["trainwire", "health", "--timeout-s", "2", "predictor-2:8001"], env, 30)
+        assert cut.returncode != 0 and "DEADLINE_EXCEEDED" in cut.stderr, cut.stdout + cut.stderr
+        other = _in_netns(client, ["trainwire", "health", "predictor-1:8001"], env, 30)
+        assert other.returncode == 0, other.stdout + other.stderr
+        assert _twin("link", "--state", str(state_path), "predictor-2", "up").returncode == 0
+
         print(f"twin up {up_s:.0f} s, fit + predictions {time.monotonic() - fit_started:.0f} s: {report}")
     finally:
         if state_path.exists():
