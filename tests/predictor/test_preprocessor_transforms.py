@@ -237,3 +237,21 @@ def test_a_concatenated_column_is_the_model_input(fitted):
     model = Linear(p)
     expected = np.stack(p.transform_batch(pd.DataFrame(batch))["features"].to_numpy()).astype(np.float64)
     np.testing.assert_array_equal(model.predict(batch)["predictions"], expected @ np.arange(1.0, 6.0))
+
+
+def test_a_checkpoints_preprocessor_is_vectorised_after_loading(fitted):
+    """What BatchPredictor's scoring workers and the service load: the checkpoint's own copy."""
+    import xgboost
+
+    from trainwire.xgboost.predictor import XGBoostPredictor
+    from trainwire.xgboost.trainer import XGBoostCheckpoint
+
+    p = fitted["Chain"]
+    train = p.transform_batch(pd.DataFrame(_request(rows=100, seed=2)))
+    features = np.stack(train["features"].to_numpy()).astype(np.float64)
+    booster = xgboost.train({"max_depth": 2, "nthread": 1}, xgboost.DMatrix(features, label=features[:, 0]), 3)
+    loaded = XGBoostPredictor.from_checkpoint(XGBoostCheckpoint.from_model(booster, preprocessor=p))
+    assert loaded._vectorised is not None and loaded._vectorised.name == "Chain"
+    batch = _request()
+    expected = np.stack(p.transform_batch(pd.DataFrame(batch))["features"].to_numpy()).astype(np.float64)
+    np.testing.assert_array_equal(loaded.predict(batch)["predictions"], booster.inplace_predict(expected), strict=True)
