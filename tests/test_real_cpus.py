@@ -328,28 +328,45 @@ RLLIB = textwrap.dedent(
         deadline = time.monotonic() + 60
         while client.get_run(holder.run_id).state != common_pb2.RUNNING and time.monotonic() < deadline:
             time.sleep(0.5)
-        waiter = client.fit(
-            XGBoostTrainer(
-                params={"objective": "binary:logistic", "tree_method": "hist"},
-                label_column="y",
-                num_boost_round=2,
-                datasets={"train": linear_data().assign(y=lambda d: (d.y > 0).astype(int))},
-                scaling_config=ScalingConfig(num_workers=1),
-                preprocessor=StandardScaler(columns=["a"]),
-                run_config=RunConfig(name="real-cpus-waiter", verbose=0),
-            ).build_request(client)
-        )
-        reason = ""
-        while "preprocessor" not in reason and time.monotonic() < deadline:
-            time.sleep(0.5)
-            run = client.get_run(waiter.run_id)
-            state, reason = common_pb2.RunState.Name(run.state), run.state_reason
-        client.cancel_run(holder.run_id)
+        def waiter(name):
+            return client.fit(
+                XGBoostTrainer(
+                    params={"objective": "binary:logistic", "tree_method": "hist"},
+                    label_column="y",
+                    num_boost_round=2,
+                    datasets={"train": linear_data().assign(y=lambda d: (d.y > 0).astype(int))},
+                    scaling_config=ScalingConfig(num_workers=1),
+                    preprocessor=StandardScaler(columns=["a"]),
+                    run_config=RunConfig(name=name, verbose=0),
+                ).build_request(client)
+            )
+
+        waiting, cancelled = waiter("real-cpus-waiter"), waiter("real-cpus-cancelled-waiter")
+        reasons = {}
         deadline = time.monotonic() + 60
-        while client.get_run(waiter.run_id).state not in (common_pb2.SUCCEEDED, common_pb2.FAILED):
+        while len(reasons) < 2 and time.monotonic() < deadline:
+            time.sleep(0.5)
+            for run in (waiting, cancelled):
+                run = client.get_run(run.run_id)
+                if "preprocessor" in run.state_reason:
+                    reasons[run.run_id] = (common_pb2.RunState.Name(run.state), run.state_reason)
+        # A run cancelled while its fit waits ends at once, not when the CPUs come back.
+        start = time.monotonic()
+        end_of_cancelled = common_pb2.RunState.Name(client.cancel_run(cancelled.run_id).state)
+        cancel_s = time.monotonic() - start
+        client.cancel_run(holder.run_id)
+        deadline = time.monotonic() + 90
+        while client.get_run(waiting.run_id).state not in (common_pb2.SUCCEEDED, common_pb2.FAILED):
             assert time.monotonic() < deadline, "the waiting run did not go on once the CPUs were free"
             time.sleep(0.5)
-        return {"state": state, "reason": reason, "end": common_pb2.RunState.Name(client.get_run(waiter.run_id).state)}
+        state, reason = reasons.get(waiting.run_id, ("", ""))
+        return {
+            "state": state,
+            "reason": reason,
+            "end": common_pb2.RunState.Name(client.get_run(waiting.run_id).state),
+            "cancelled": end_of_cancelled,
+            "cancel_s": cancel_s,
+        }
 
 
     step("real-cpus-rllib", rllib)
@@ -453,3 +470,29 @@ def test_rllib_on_every_real_cpu_and_a_waiting_fit_says_why(tmp_path):
     assert wait["state"] == "PENDING"
     assert wait["reason"].startswith("fitting the preprocessor on dataset 'train' before reserving the workers")
     assert wait["end"] == "SUCCEEDED"
+    assert wait["cancelled"] == "CANCELLED" and wait["cancel_s"] < 15
+
+
+def test_slow_work_is_reported_once_and_an_interrupt_stops_the_wait():
+    import asyncio
+
+    from trainwire_coordinator.datasets import report_if_slow
+
+    async def scenario() -> tuple[list[str], object, object, float]:
+        reports: list[str] = []
+
+        async def report() -> None:
+            reports.append("slow")
+
+        fast = await report_if_slow(asyncio.sleep(0, "fast"), 0.5, report)
+        slow = await report_if_slow(asyncio.sleep(0.3, "slow"), 0.05, report)
+        interrupt = asyncio.Event()
+        asyncio.get_running_loop().call_later(0.1, interrupt.set)
+        start = time.monotonic()
+        stopped = await report_if_slow(asyncio.sleep(30, "never"), 0.05, report, interrupt)
+        return reports, (fast, slow), stopped, time.monotonic() - start
+
+    reports, results, stopped, waited_s = asyncio.run(scenario())
+    assert results == ("fast", "slow")
+    assert reports == ["slow", "slow"]
+    assert stopped is None and waited_s < 5

@@ -328,7 +328,10 @@ class RunController:
                     asyncio.to_thread(self._fit_preprocessor),
                     self.deps.pending_reason_after_s,
                     lambda: self._transition(waiting, fit_wait_reason("train")),
+                    self._interrupt,
                 )
+                if self._stop_requested():
+                    return None  # cancelled while the fit waited
             started = await self._start_group()
         except Exception as exc:  # noqa: BLE001 - a group that cannot start is a failed attempt
             return None if self._stop_requested() else _error_from_exception(0, self.attempt, exc)

@@ -175,10 +175,23 @@ def fit_wait_reason(dataset_name: str) -> str:
     )
 
 
-async def report_if_slow(work: Awaitable[T], after_s: float, report: Callable[[], Awaitable[Any]]) -> T:
-    """Awaits ``work``; calls ``report`` once if it takes longer than ``after_s`` (a run never waits silently)."""
+async def report_if_slow(
+    work: Awaitable[T], after_s: float, report: Callable[[], Awaitable[Any]], interrupt: asyncio.Event | None = None
+) -> T | None:
+    """Awaits ``work``; calls ``report`` once if it takes longer than ``after_s`` (a run never waits silently).
+
+    Returns None at once when ``interrupt`` is set first (a cancelled run does not wait for the work,
+    which carries on alone; a thread cannot be stopped).
+    """
     task = asyncio.ensure_future(work)
     done, _ = await asyncio.wait([task], timeout=after_s)
     if not done:
         await report()
-    return await task
+    if interrupt is None:
+        return await task
+    interrupted = asyncio.ensure_future(interrupt.wait())
+    try:
+        await asyncio.wait([task, interrupted], return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        interrupted.cancel()
+    return task.result() if task.done() else None
