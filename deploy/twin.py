@@ -348,18 +348,25 @@ class Twin:
         if check is None:
             return r.proc is not None and r.proc.poll() is None
         argv, timeout_s = check
+        # No pipes (nothing to drain after a kill) and its own process group (killed whole).
+        probe = subprocess.Popen(
+            ["ip", "netns", "exec", r.netns, *argv],
+            env=self._env(r),
+            cwd=r.workdir,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         try:
-            done = subprocess.run(
-                ["ip", "netns", "exec", r.netns, *argv],
-                env=self._env(r),
-                cwd=r.workdir,
-                capture_output=True,
-                timeout=timeout_s,
-                start_new_session=True,
-            )
+            return probe.wait(timeout_s) == 0
         except subprocess.TimeoutExpired:
             return False
-        return done.returncode == 0
+        finally:
+            if probe.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(probe.pid, signal.SIGKILL)
+                probe.wait()
 
     # ---- lifecycle ---------------------------------------------------------------------
 
@@ -446,7 +453,8 @@ class Twin:
         }
         final = {s: "service_completed_successfully" if s in oneshots else "service_healthy" for s in self.services}
         pending = self._order()
-        with ThreadPoolExecutor(max_workers=8, thread_name_prefix="twin-health") as pool:
+        pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="twin-health")
+        try:
             while True:
                 self._refresh_health(pool)
                 # Start every service whose depends_on conditions hold, as compose does.
@@ -465,9 +473,11 @@ class Twin:
                     tails = "\n".join(f"--- {r.name}:\n{self._tail(r)}" for s in waiting for r in self.replicas_of(s))
                     raise TwinError(f"not up after {timeout_s:.0f} s: {', '.join(waiting)}\n{tails}")
                 time.sleep(0.5)
+        finally:
+            # Never wait here for a probe still running: it ends within its own timeout.
+            pool.shutdown(wait=False, cancel_futures=True)
             for r in self.replicas.values():
-                if r.check is not None:
-                    r.check.cancel()
+                r.check = None
         self._log("up")
         self.state["status"] = "up"
         self._save()
@@ -540,13 +550,16 @@ def _kill_namespace(netns: str, grace_s: float) -> None:
 def teardown(state: dict[str, Any], grace_s: float = 10.0) -> None:
     """Removes everything a twin's state names: processes, namespaces, links, /etc/netns dirs."""
     namespaces = list(state.get("namespaces", []))
-    # Stop everything at once (SIGTERM), then whatever is left in each namespace.
+    # SIGTERM to everything at once, one grace period for all, then SIGKILL what is left.
     for netns in namespaces:
         for pid in _namespace_pids(netns):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline and any(_namespace_pids(n) for n in namespaces):
+        time.sleep(0.2)
     for netns in namespaces:
-        _kill_namespace(netns, grace_s)
+        _kill_namespace(netns, 0.0)
     # Anything that left its namespace, by id: the processes that carry this twin's work
     # directory in their environment (every process it started, and their children).
     for pid in _processes_of(state.get("prefix", "")):

@@ -213,3 +213,29 @@ def test_dockerfile_pins_runs_as_non_root_and_enters_trainwire():
     for line in re.findall(r"^COPY\s+(.+)$", text, re.M):
         for source in line.split()[:-1]:
             assert source.rstrip("/") in allowed, f"COPY {source}: excluded by .dockerignore"
+
+
+def test_the_health_probe_exit_status():
+    """`trainwire health`, the compose probe: 0 when SERVING, non-zero when not or unreachable."""
+    from concurrent import futures
+
+    import grpc
+    from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+    from trainwire.cli import main
+
+    server = grpc.server(futures.ThreadPoolExecutor(2))
+    servicer = health.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(servicer, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        address = f"127.0.0.1:{port}"
+        servicer.set("", health_pb2.HealthCheckResponse.SERVING)
+        assert main(["health", address]) == 0
+        servicer.set("", health_pb2.HealthCheckResponse.NOT_SERVING)
+        assert main(["health", address]) == 1
+        assert main(["health", address, "--service", "no.such.Service"]) == 2  # NOT_FOUND
+    finally:
+        server.stop(0)
+    assert main(["health", address, "--timeout-s", "1"]) == 2  # nothing listens
