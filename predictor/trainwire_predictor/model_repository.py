@@ -6,12 +6,15 @@ talking to each other. Checkpoints are immutable: a loaded model is cached by
 (run id, checkpoint id) and never re-read. Before its first load a checkpoint's
 files are checked against its manifest (size, sha256), once per process.
 
-XGBoost and LightGBM models are also compiled (``compiled_trees``) once loaded.
-The framework's predict serves from the first request while the library is
-compiled (or fetched from the store's cache) in the background, and the
-compiled forest takes over once it has matched the framework on probe rows:
-a model answers at once even when compiling it takes minutes, and the outputs
-agree within 1e-6 either way.
+XGBoost and LightGBM models are also compiled (``compiled_trees``) as part of
+their first load, off the event loop: the load waits for the library (compiled
+here, or the store's cached one) and the model serves the compiled forest from
+its first answer. Compiled outputs agree with the framework's within 1e-6 but
+not bit for bit, so serving the framework meanwhile and switching later would
+let one model version answer one input two ways within a process. The wait is
+the compile once per model for the whole store (typically a second or two;
+replicas and restarts load the cached library in milliseconds); where
+compiling fails the framework serves.
 """
 
 from __future__ import annotations
@@ -96,7 +99,7 @@ class LoadedModel:
     inputs: list[TensorSpec]
     outputs: list[TensorSpec]
     loaded_at: float = field(default_factory=time.time)
-    # The compiled forest's outcome (tree models only, once the background step is done).
+    # What compiling the model gave (tree models only, when compiling is on).
     compile_result: CompileResult | None = None
 
     @property
@@ -199,7 +202,8 @@ class ModelRepository:
         self._reads: dict[str, asyncio.Task[Any]] = {}
         self.compile_tree_models = compile_tree_models
         self._compiler = compiler
-        self._compiling: dict[tuple[str, str], asyncio.Task[CompileResult]] = {}
+        # One compile at a time (each already uses every core, and serving goes on meanwhile); per event loop.
+        self._compile_slots: dict[asyncio.AbstractEventLoop, asyncio.Semaphore] = {}
 
     @property
     def load_count(self) -> int:
@@ -328,9 +332,7 @@ class ModelRepository:
             ) from exc
         model = LoadedModel(ref, framework, predictor, inputs, outputs)
         if self.compile_tree_models and supports(framework, predictor):
-            task = asyncio.get_running_loop().create_task(self._compile(model))
-            self._compiling[ref.key] = task
-            task.add_done_callback(lambda _: self._compiling.pop(ref.key, None))
+            await self._compile(model)  # never raises: the framework serves where compiling fails
         self._cache[ref.key] = model
         while len(self._cache) > self.cache_size:
             self._cache.popitem(last=False)
@@ -350,9 +352,16 @@ class ModelRepository:
         return self._compiler
 
     async def _compile(self, model: LoadedModel) -> CompileResult:
-        """Compiles (or fetches the cached library of) a loaded tree model off the event loop, then switches to it."""
+        """Compiles (or fetches the cached library of) a loaded tree model off the event loop, and switches to it."""
         directory = self.store.checkpoint_dir(model.ref.run_id, model.ref.checkpoint_id)
-        result = await asyncio.to_thread(self.compiler.prepare, self.store, directory, model.framework, model.predictor)
+        loop = asyncio.get_running_loop()
+        slot = self._compile_slots.get(loop)
+        if slot is None:
+            self._compile_slots = {loop: (slot := asyncio.Semaphore(1))}
+        async with slot:
+            result = await asyncio.to_thread(
+                self.compiler.prepare, self.store, directory, model.framework, model.predictor
+            )
         if result.compiled is not None:
             model.predictor.use_compiled(result.compiled)  # type: ignore[attr-defined]
             logger.info(
@@ -366,12 +375,8 @@ class ModelRepository:
         return result
 
     async def wait_compiled(self, name: str, version: str = "") -> CompileResult | None:
-        """Waits for a loaded model's compile step; its outcome (None: nothing compiles it)."""
-        model = await self.get(name, version)
-        task = self._compiling.get(model.ref.key)
-        if task is not None:
-            return await asyncio.shield(task)
-        return model.compile_result
+        """Loads a model (compiling it where it is a tree model); the compile outcome (None: not compiled)."""
+        return (await self.get(name, version)).compile_result
 
     def is_loaded(self, ref: ModelRef) -> bool:
         return ref.key in self._cache

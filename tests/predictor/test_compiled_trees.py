@@ -7,6 +7,7 @@ import os
 import threading
 
 import numpy as np
+import pandas as pd
 import pytest
 from conftest import commit_checkpoint
 
@@ -255,28 +256,28 @@ def test_a_library_that_disagrees_is_not_used(tree_store, tmp_path):
     assert model.predictor.compiled is None
 
 
-def test_the_service_serves_the_compiled_forest(tree_store):
-    """Settings -> server -> repository: ModelInfer answers from the compiled library, within 1e-6."""
+def test_the_service_serves_the_compiled_forest_from_the_first_answer(tree_store):
+    """Settings -> server -> repository: the first load compiles; every answer comes from the compiled forest."""
     from trainwire.predictor_client import PredictorClient
     from trainwire_predictor.server import PredictorThread
     from trainwire_predictor.settings import PredictorSettings
 
+    commit_checkpoint(tree_store, "run-served", "served", "c1", _lgb("multiclass"))
     thread = PredictorThread(PredictorSettings(port=0, store=tree_store.uri, index_refresh_s=0.2))
     thread.start()
     try:
         x, _ = _data(seed=8)
         with PredictorClient(thread.server.address) as client:
-            first = client.predict("lgb-multiclass", x[:40])  # the framework answers while it compiles
-            result = asyncio.run_coroutine_threadsafe(
-                thread.models.wait_compiled("lgb-multiclass"), thread.loop
-            ).result(120)
-            assert result is not None and result.compiled is not None
-            served = client.predict("lgb-multiclass", x[:40])
-        model = asyncio.run_coroutine_threadsafe(thread.models.get("lgb-multiclass"), thread.loop).result(30)
+            first = client.predict("served", x[:40])
+            again = client.predict("served", x[:40])
+        model = asyncio.run_coroutine_threadsafe(thread.models.get("served"), thread.loop).result(30)
+        result = model.compile_result
+        assert result is not None and result.compiled is not None and result.compiled_now
         assert model.predictor.compiled is result.compiled
-        expected = model.predictor.framework_predict(x[:40])
-        assert list(served.columns) == list(first.columns) == [f"predictions_{i}" for i in range(4)]
-        np.testing.assert_allclose(served.to_numpy(), expected, rtol=0, atol=1e-6)
-        np.testing.assert_allclose(first.to_numpy(), expected, rtol=0, atol=1e-6)
+        assert list(first.columns) == [f"predictions_{i}" for i in range(4)]
+        # One model version answers one input one way: the compiled forest from the first answer on.
+        pd.testing.assert_frame_equal(first, again, check_exact=True)
+        np.testing.assert_array_equal(first.to_numpy(), result.compiled.predict(x[:40]))
+        np.testing.assert_allclose(first.to_numpy(), model.predictor.framework_predict(x[:40]), rtol=0, atol=1e-6)
     finally:
         thread.stop()
