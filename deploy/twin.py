@@ -206,6 +206,13 @@ class Twin:
             if self.host_access:
                 _ip("addr", "add", f"{hosts[0]}/{subnet.prefixlen}", "dev", self.bridge)
             _ip("link", "set", self.bridge, "up")
+        # With br_netfilter on (Docker hosts), iptables' FORWARD chain also sees bridged frames.
+        iptables = shutil.which("iptables")
+        nf = Path("/proc/sys/net/bridge/bridge-nf-call-iptables")
+        if iptables and nf.exists() and nf.read_text().strip() == "1":
+            rules = subprocess.run([iptables, "-S", "FORWARD"], capture_output=True, text=True).stdout
+            if "-P FORWARD DROP" in rules:
+                print("twin: iptables' FORWARD policy is DROP and bridged frames pass it: the bridge may be cut")
         out = {}
         for i, name in enumerate(names):
             netns, ip, veth, peer = (
