@@ -13,10 +13,10 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 
+from trainwire.dataset_schema import DatasetSchema
 from trainwire.errors import InvalidArgumentError, NotFoundError, ResourceExhaustedError
 from trainwire.storage import Store
 from trainwire.v1 import coordinator_pb2
-from trainwire_worker.backends.base import DatasetSchema
 from trainwire_worker.datasets import files_datasource, guess_format, open_dataset
 
 T = TypeVar("T")
@@ -158,10 +158,11 @@ def split_beside_reservation(ds: DatasetSchema, world_size: int, preprocessor: A
     if preprocessor is not None:
         data = preprocessor.transform(data, num_cpus=0, concurrency=world_size)
     nodes = sorted(set(placement_group_table(placement_group)["bundles_to_node_id"].values()))
-    data = data.copy(data)  # its own DataContext, as Ray Train's DataConfig does
-    options = copy.deepcopy(data.context.execution_options)
-    options.label_selector = {**(options.label_selector or {}), "ray.io/node-id": f"in({','.join(nodes)})"}
-    data.context.execution_options = options
+    if nodes:  # a ready placement group has them all
+        data = data.copy(data)  # its own DataContext, as Ray Train's DataConfig does
+        options = copy.deepcopy(data.context.execution_options)
+        options.label_selector = {**(options.label_selector or {}), "ray.io/node-id": f"in({','.join(nodes)})"}
+        data.context.execution_options = options
     return data.streaming_split(world_size, equal=True)
 
 

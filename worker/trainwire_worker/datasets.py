@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,9 +50,17 @@ def read_shard(spec: ShardSpec) -> pa.Table:
     return shard
 
 
-def _read_files(uri: str, fmt: str, files: list[str]) -> pa.Table:
+def _read_files(uri: str, fmt: str, files: list[str]) -> Iterator[pa.Table]:
+    """The files' rows as blocks of at most 128Ki rows, so a large file does not become one huge block."""
     fs, _ = resolve(uri)
-    return pads.dataset(files, filesystem=fs, format=fmt).to_table()
+    dataset = pads.dataset(files, filesystem=fs, format=fmt)
+    empty = True
+    for batch in dataset.to_batches(batch_size=1 << 17):
+        if batch.num_rows:
+            empty = False
+            yield pa.Table.from_batches([batch])
+    if empty:
+        yield dataset.schema.empty_table()
 
 
 def files_datasource(uri: str, fmt: str = "") -> Any:
@@ -78,7 +87,7 @@ def files_datasource(uri: str, fmt: str = "") -> Any:
             ]
             return [
                 ReadTask(
-                    lambda group=group: [_read_files(uri, fmt, group)],
+                    lambda group=group: _read_files(uri, fmt, group),
                     BlockMetadata(num_rows=None, size_bytes=None, exec_stats=None, input_files=tuple(group)),
                     schema=schema,
                     per_task_row_limit=per_task_row_limit,
