@@ -15,6 +15,7 @@ from typing import Any
 import ray
 from ray.util.placement_group import placement_group, remove_placement_group
 
+from trainwire.dataset_schema import DatasetSchema
 from trainwire.errors import require_installed
 from trainwire.storage import Store
 from trainwire.structs import struct_to_dict
@@ -25,16 +26,14 @@ from trainwire_coordinator.checkpoint_manager import CheckpointManager, flatten_
 from trainwire_coordinator.datasets import fit_wait_reason, report_if_slow, split_beside_reservation
 from trainwire_coordinator.failure_policy import FailurePolicy
 from trainwire_coordinator.metrics import CoordinatorMetrics
+from trainwire_coordinator.placement import WorkerGroup, bundles_for, scaling_policy
 from trainwire_coordinator.preprocessors import build_preprocessor
-from trainwire_coordinator.run_state import TERMINAL, AttemptOutcome, ScalingPolicy, after_attempt, check_transition
+from trainwire_coordinator.run_state import TERMINAL, AttemptOutcome, after_attempt, check_transition
 from trainwire_coordinator.worker_pool import WorkerPool
-from trainwire_worker.backends.base import Backend, DatasetSchema
+from trainwire_worker.backends.base import Backend
 from trainwire_worker.datasets import ShardSpec
-from trainwire_worker.worker_group import WorkerGroup
 
 logger = logging.getLogger(__name__)
-
-__all__ = ["ControllerDeps", "RunController", "bundles_for", "scaling_policy"]
 
 
 @dataclass
@@ -56,29 +55,6 @@ class ControllerDeps:
 
 def _check_framework(worker: Any, module: str, framework: str, package: str) -> None:
     require_installed(module, framework, package)
-
-
-def _worker_resources(scaling: common_pb2.ScalingConfig) -> dict[str, float]:
-    per_worker = {k: v for k, v in scaling.resources_per_worker.items() if v > 0} or {"CPU": 1.0}
-    if scaling.use_gpu:
-        per_worker.setdefault("GPU", 1.0)
-    return per_worker
-
-
-def scaling_policy(scaling: common_pb2.ScalingConfig) -> ScalingPolicy:
-    """Fixed at ``num_workers``, or elastic from ``min_workers`` up to it."""
-    return ScalingPolicy(scaling.min_workers or scaling.num_workers, scaling.num_workers, _worker_resources(scaling))
-
-
-def bundles_for(scaling: common_pb2.ScalingConfig, num_workers: int | None = None) -> list[dict[str, float]]:
-    """One bundle per worker (``num_workers``, else the run's smallest group); trainer resources ride on the first."""
-    per_worker = _worker_resources(scaling)
-    count = num_workers or scaling.min_workers or scaling.num_workers
-    bundles = [dict(per_worker) for _ in range(count)]
-    for key, value in scaling.trainer_resources.items():
-        if value > 0:
-            bundles[0][key] = bundles[0].get(key, 0) + value
-    return bundles
 
 
 def _error_from_exception(rank: int, attempt: int, exc: BaseException) -> common_pb2.WorkerError:

@@ -27,12 +27,13 @@ from trainwire.tls import ClientTLS
 from trainwire.v1 import common_pb2, coordinator_pb2, worker_reports_pb2
 from trainwire_coordinator.checkpoint_manager import CheckpointManager
 from trainwire_coordinator.checkpoint_uploads import receive_checkpoint
-from trainwire_coordinator.controller import ControllerDeps, RunController, bundles_for
+from trainwire_coordinator.controller import ControllerDeps, RunController
 from trainwire_coordinator.datasets import DatasetService
 from trainwire_coordinator.events import EventLog
 from trainwire_coordinator.failure_policy import FailurePolicy
 from trainwire_coordinator.metadata import MetadataStore, RunRecord
 from trainwire_coordinator.metrics import CoordinatorMetrics
+from trainwire_coordinator.placement import bundles_for
 from trainwire_coordinator.preprocessors import build_preprocessor
 from trainwire_coordinator.report_checks import ReportSecrets, check_report
 from trainwire_coordinator.run_state import ACTIVE, TERMINAL

@@ -15,7 +15,7 @@ from typing import Any
 
 from ray.util.placement_group import PlacementGroup, remove_placement_group
 
-from trainwire_worker.worker_group import WorkerGroup
+from trainwire_coordinator.placement import WorkerGroup
 
 logger = logging.getLogger(__name__)
 

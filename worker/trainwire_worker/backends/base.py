@@ -5,25 +5,31 @@ from __future__ import annotations
 import importlib
 import json
 import os
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
 
 from trainwire.checkpoint import METADATA_NAME
+from trainwire.dataset_schema import DatasetSchema
 from trainwire.errors import InvalidArgumentError, require_installed
 from trainwire.v1 import coordinator_pb2
 
 if TYPE_CHECKING:
     from trainwire_worker.actor import TrainWorker
-    from trainwire_worker.worker_group import WorkerGroup
 
 
-@dataclass(frozen=True)
-class DatasetSchema:
-    """What the coordinator knows about a dataset before the run starts."""
+class WorkerGroup(Protocol):
+    """What a backend sees of a run's worker group; the coordinator's placement owns the real one."""
 
-    uri: str
-    format: str
-    columns: tuple[str, ...]
+    actors: list[Any]
+    metas: list[Any]
+
+    def __len__(self) -> int: ...
+
+    async def execute(self, fn: Callable[..., Any], *args: Any) -> list[Any]: ...
+
+    async def execute_single(self, rank: int, fn: Callable[..., Any], *args: Any) -> Any: ...
+
+    async def execute_each(self, fn: Callable[..., Any], args_by_rank: list[tuple[Any, ...]]) -> list[Any]: ...
 
 
 class Backend:

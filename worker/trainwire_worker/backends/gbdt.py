@@ -11,9 +11,10 @@ from typing import Any
 
 from trainwire import train
 from trainwire.checkpoint import Checkpoint
+from trainwire.dataset_schema import DatasetSchema
 from trainwire.errors import InvalidArgumentError
 from trainwire.v1 import coordinator_pb2
-from trainwire_worker.backends.base import Backend, DatasetSchema, check_tabular_datasets
+from trainwire_worker.backends.base import Backend, check_tabular_datasets
 
 
 class GBDTBackend(Backend):

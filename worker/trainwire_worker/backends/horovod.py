@@ -19,7 +19,7 @@ from trainwire_worker.backends.data_parallel import DataParallelBackend
 
 if TYPE_CHECKING:
     from trainwire_worker.actor import TrainWorker
-    from trainwire_worker.worker_group import WorkerGroup
+    from trainwire_worker.backends.base import WorkerGroup
 
 INSTALL_HINT = "build it with scripts/build_horovod.sh (`make setup` does): PyPI's sdist needs patches for torch 2.x"
 

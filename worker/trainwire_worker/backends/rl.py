@@ -22,10 +22,11 @@ from typing import TYPE_CHECKING, Any
 import trainwire.rllib  # noqa: F401 - keeps RLlib from switching TensorFlow to TF1 mode
 from trainwire import train
 from trainwire.checkpoint import METADATA_NAME, Checkpoint
+from trainwire.dataset_schema import DatasetSchema
 from trainwire.errors import InvalidArgumentError
 from trainwire.structs import struct_to_dict
 from trainwire.v1 import coordinator_pb2
-from trainwire_worker.backends.base import Backend, DatasetSchema
+from trainwire_worker.backends.base import Backend
 
 if TYPE_CHECKING:
     from trainwire_worker.actor import TrainWorker

@@ -12,12 +12,12 @@ import cloudpickle
 
 from trainwire import train
 from trainwire.checkpoint import Checkpoint
+from trainwire.dataset_schema import DatasetSchema
 from trainwire.errors import InvalidArgumentError
 from trainwire.structs import struct_to_dict
 from trainwire.v1 import coordinator_pb2
 from trainwire_worker.backends.base import (
     Backend,
-    DatasetSchema,
     check_tabular_datasets,
     write_model_metadata,
 )

@@ -11,7 +11,7 @@ from trainwire_worker.backends.data_parallel import DataParallelBackend
 
 if TYPE_CHECKING:
     from trainwire_worker.actor import TrainWorker
-    from trainwire_worker.worker_group import WorkerGroup
+    from trainwire_worker.backends.base import WorkerGroup
 
 
 def tf_config(addresses: list[str], rank: int) -> str:

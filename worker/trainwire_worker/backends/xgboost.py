@@ -18,7 +18,7 @@ from trainwire_worker.backends.gbdt import GBDTBackend, checkpoint_due, report_r
 
 if TYPE_CHECKING:
     from trainwire_worker.actor import TrainWorker
-    from trainwire_worker.worker_group import WorkerGroup
+    from trainwire_worker.backends.base import WorkerGroup
 
 MODEL_FILENAME = "model.ubj"
 

@@ -1,4 +1,4 @@
-"""A run's group of worker actors, placed in one placement group."""
+"""Placement, owned by the coordinator: a run's bundles and its group of worker actors in one placement group."""
 
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ import ray
 from ray.util.placement_group import PlacementGroup
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+from trainwire.v1 import common_pb2
+from trainwire_coordinator.run_state import ScalingPolicy
 from trainwire_worker.actor import TrainWorker
 
 
@@ -26,6 +28,29 @@ class WorkerMeta:
     node_id: str
     node_ip: str
     pid: int
+
+
+def _worker_resources(scaling: common_pb2.ScalingConfig) -> dict[str, float]:
+    per_worker = {k: v for k, v in scaling.resources_per_worker.items() if v > 0} or {"CPU": 1.0}
+    if scaling.use_gpu:
+        per_worker.setdefault("GPU", 1.0)
+    return per_worker
+
+
+def scaling_policy(scaling: common_pb2.ScalingConfig) -> ScalingPolicy:
+    """Fixed at ``num_workers``, or elastic from ``min_workers`` up to it."""
+    return ScalingPolicy(scaling.min_workers or scaling.num_workers, scaling.num_workers, _worker_resources(scaling))
+
+
+def bundles_for(scaling: common_pb2.ScalingConfig, num_workers: int | None = None) -> list[dict[str, float]]:
+    """One bundle per worker (``num_workers``, else the run's smallest group); trainer resources ride on the first."""
+    per_worker = _worker_resources(scaling)
+    count = num_workers or scaling.min_workers or scaling.num_workers
+    bundles = [dict(per_worker) for _ in range(count)]
+    for key, value in scaling.trainer_resources.items():
+        if value > 0:
+            bundles[0][key] = bundles[0].get(key, 0) + value
+    return bundles
 
 
 def _actor_options(resources: dict[str, float]) -> dict[str, Any]:
