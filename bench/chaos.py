@@ -112,7 +112,13 @@ def trial(kind: str, coordinator: Coordinator, home: Path, steps: int, tally: Ta
     )
     run = client.fit(trainer.build_request(client))
     # Kill once two checkpoints are committed.
+    deadline = time.monotonic() + 120
     while len(client.get_run(run.run_id).best_checkpoints) < 2:
+        if client.get_run(run.run_id).state in (common_pb2.FAILED, common_pb2.CANCELLED) or time.monotonic() > deadline:
+            tally.total += 1
+            print(f"  {kind:11s} kill {tally.total:2d}: the run did not reach its second checkpoint; counted as lost")
+            client.close()
+            return
         time.sleep(0.1)
     committed = {c.checkpoint_id for c in client.get_run(run.run_id).best_checkpoints}
     killed_at = time.time()
