@@ -253,3 +253,16 @@ def test_the_predictor_service_serves_horovod_checkpoints_as_torch(first_run, st
     checkpoint_id = result.checkpoint.uri.rstrip("/").rsplit("/", 1)[-1]
     assert detect_framework(store, store.checkpoint_dir(result.run_id, checkpoint_id)) == "horovod"
     assert PREDICTORS["horovod"] == ("trainwire.torch.predictor", "TorchPredictor")
+
+
+def test_a_missing_horovod_names_the_build_script_not_pip(monkeypatch):
+    import importlib.util
+
+    from trainwire.errors import FrameworkNotInstalledError, require_installed
+    from trainwire_worker.backends.horovod import HorovodBackend
+
+    backend = HorovodBackend()
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(FrameworkNotInstalledError) as info:
+        require_installed(backend.module, backend.name, backend.package, backend.install)
+    assert "scripts/build_horovod.sh" in info.value.message and "pip install" not in info.value.message

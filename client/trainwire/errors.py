@@ -97,10 +97,10 @@ class DataLossError(TrainwireError):
 class FrameworkNotInstalledError(FailedPreconditionError):
     """A framework package is missing where it is needed."""
 
-    def __init__(self, framework: str, package: str) -> None:
+    def __init__(self, framework: str, package: str, install: str = "") -> None:
         super().__init__(
             f"{framework} support needs the '{package}' package, which is not installed here; "
-            f"install it with: pip install {package}"
+            f"install it with: {install or f'pip install {package}'}"
         )
 
 
@@ -137,9 +137,13 @@ def error_for_code(code: grpc.StatusCode, message: str, field: str = "") -> Trai
     return err
 
 
-def require_installed(module: str, framework: str, package: str | None = None) -> None:
-    """Raises FrameworkNotInstalledError unless ``module`` can be imported."""
+def require_installed(module: str, framework: str, package: str | None = None, install: str = "") -> None:
+    """Raises FrameworkNotInstalledError unless ``module`` can be imported.
+
+    Args:
+        install: How to install it, when ``pip install <package>`` is not the way.
+    """
     import importlib.util
 
     if importlib.util.find_spec(module) is None:
-        raise FrameworkNotInstalledError(framework, package or module)
+        raise FrameworkNotInstalledError(framework, package or module, install)

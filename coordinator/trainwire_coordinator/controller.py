@@ -53,8 +53,8 @@ class ControllerDeps:
     metrics: CoordinatorMetrics = field(default_factory=CoordinatorMetrics)
 
 
-def _check_framework(worker: Any, module: str, framework: str, package: str) -> None:
-    require_installed(module, framework, package)
+def _check_framework(worker: Any, module: str, framework: str, package: str, install: str) -> None:
+    require_installed(module, framework, package, install)
 
 
 def _error_from_exception(rank: int, attempt: int, exc: BaseException) -> common_pb2.WorkerError:
@@ -285,7 +285,8 @@ class RunController:
             group = await WorkerGroup.start(
                 pg, num_workers, bundles_for(scaling, num_workers)[-1], self.backend.worker_env(self.request)
             )
-            await group.execute(_check_framework, self.backend.module, self.backend.name, self.backend.package)
+            backend = self.backend
+            await group.execute(_check_framework, backend.module, backend.name, backend.package, backend.install)
         except BaseException:
             remove_placement_group(pg)
             raise

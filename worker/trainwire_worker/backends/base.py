@@ -42,6 +42,7 @@ class Backend:
     name: str = ""
     module: str = ""  # imported on workers; its absence is reported with the hint
     package: str = ""
+    install: str = ""  # how to install the package, when not `pip install <package>`
     spec_field: str = "data_parallel"
     # True: datasets reach workers as Ray Data iterators (streaming_split);
     # False: as ShardSpecs the backend reads itself.
@@ -128,5 +129,5 @@ def get_backend(name: str, *, check_installed: bool = False) -> Backend:
     module, _, cls = _REGISTRY[name].partition(":")
     backend: Backend = getattr(importlib.import_module(module), cls)()
     if check_installed:
-        require_installed(backend.module, backend.name, backend.package)
+        require_installed(backend.module, backend.name, backend.package, backend.install)
     return backend

@@ -93,6 +93,8 @@ class HorovodBackend(DataParallelBackend):
     name = "horovod"
     module = "horovod"
     package = "horovod"
+    # PyPI's sdist does not build against torch 2.x unpatched.
+    install = "scripts/build_horovod.sh (run by make setup: Horovod 0.28.1 patched for torch 2.x)"
 
     def __init__(self) -> None:
         self._servers: dict[int, Any] = {}
