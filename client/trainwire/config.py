@@ -15,6 +15,7 @@ from trainwire.v1 import common_pb2
 _STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
 
 
+MAX_WORKERS = 10_000
 _URI_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 
 
@@ -94,6 +95,12 @@ class ScalingConfig:
         elif type(self.num_workers) is not int or self.num_workers < 1:
             raise InvalidArgumentError(
                 f"scaling_config.num_workers must be an integer >= 1, got {self.num_workers!r}",
+                field="scaling_config.num_workers",
+            )
+        if self.max_workers > MAX_WORKERS:
+            # Placement plans one bundle per worker: 2**31 of them would take the coordinator's memory.
+            raise InvalidArgumentError(
+                f"scaling_config.num_workers must be at most {MAX_WORKERS}, got {self.max_workers}",
                 field="scaling_config.num_workers",
             )
         if self.placement_strategy not in _STRATEGIES:
@@ -236,7 +243,16 @@ class CheckpointConfig:
 
 @dataclass
 class SyncConfig:
-    """Mirrors ``ray.train.SyncConfig``; checkpoints go straight to the shared store."""
+    """Mirrors ``ray.train.SyncConfig``; checkpoints go straight to the shared store.
+
+    Args:
+        sync_period_s: How often each worker's artifact directory (``get_trial_dir()``) is
+            copied to ``runs/<run_id>/artifacts/rank_<rank>/`` in the store; 0: only at
+            checkpoints and at the end.
+        sync_timeout_s: The longest training waits for one sync (> 0 when syncing).
+        sync_artifacts: Sync artifact directories at all.
+        sync_artifacts_on_checkpoint: Also sync whenever a worker reports a checkpoint.
+    """
 
     sync_period_s: float = 300.0
     sync_timeout_s: float = 1800.0
@@ -249,6 +265,11 @@ class SyncConfig:
                 raise InvalidArgumentError(
                     f"run_config.sync_config.{name} must be >= 0", field=f"run_config.sync_config.{name}"
                 )
+        if self.sync_artifacts and not self.sync_timeout_s > 0:
+            raise InvalidArgumentError(
+                "run_config.sync_config.sync_timeout_s must be > 0 to sync artifacts",
+                field="run_config.sync_config.sync_timeout_s",
+            )
 
     def to_proto(self) -> common_pb2.SyncConfig:
         return common_pb2.SyncConfig(
@@ -276,7 +297,7 @@ class RunConfig:
             {"training_iteration": 10}.
         failure_config: Restart policy.
         checkpoint_config: Retention policy.
-        sync_config: Kept for parity with Ray Train.
+        sync_config: Artifact syncing (SyncConfig).
     """
 
     name: str | None = None

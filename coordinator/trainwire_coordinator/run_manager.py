@@ -178,6 +178,12 @@ class RunManager:
         else:
             request.scaling_config.num_workers = 1
         run_config = RunConfig.from_proto(request.run_config)
+        if run_config.sync_config.sync_artifacts and request.WhichOneof("trainer") != "data_parallel":
+            # Declarative trainers run no user code that could write artifacts.
+            raise InvalidArgumentError(
+                f"sync_artifacts needs a training loop that writes artifacts; {request.framework} runs none",
+                field="run_config.sync_config.sync_artifacts",
+            )
         if (
             request.WhichOneof("trainer") == "data_parallel"
             and request.data_parallel.train_loop.WhichOneof("source") == "pickled_function"

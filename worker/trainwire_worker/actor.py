@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import socket
+import tempfile
 import traceback
 from collections.abc import Callable
 from typing import Any
 
 from trainwire.checkpoint import Checkpoint
+from trainwire.config import SyncConfig
 from trainwire.storage import Store
 from trainwire.tls import ClientTLS
 from trainwire.train.context import TrainContext, set_session
 from trainwire.v1 import common_pb2, coordinator_pb2, worker_reports_pb2
+from trainwire_worker.artifacts import ArtifactSyncer
 from trainwire_worker.report_client import ReportStreamClient
 from trainwire_worker.session import WorkerSession
 
@@ -72,6 +76,15 @@ class TrainWorker:
         Every report has reached the coordinator when this returns.
         """
         request = coordinator_pb2.FitRequest.FromString(request_bytes)
+        trial_dir = os.path.join(
+            tempfile.gettempdir(), "trainwire", context.run_id, f"rank_{context.world_rank}_attempt_{context.attempt}"
+        )
+        os.makedirs(trial_dir, exist_ok=True)
+        context = dataclasses.replace(context, trial_dir=trial_dir)
+        store = Store(store_uri)
+        artifacts = ArtifactSyncer(
+            store, context.run_id, context.world_rank, trial_dir, SyncConfig.from_proto(request.run_config.sync_config)
+        )
         reports = ReportStreamClient(coordinator_address, context.run_id, report_secret, tls=report_tls)
         reports.send(
             worker_reports_pb2.WorkerReport(
@@ -83,13 +96,15 @@ class TrainWorker:
         )
         session = WorkerSession(
             context=context,
-            store=Store(store_uri),
+            store=store,
             reports=reports,
             checkpoint=Checkpoint(checkpoint_uri) if checkpoint_uri else None,
             dataset_shards=dataset_shards,
             next_report_index=next_report_index,
+            artifacts=artifacts,
         )
         set_session(session)
+        artifacts.start()
         error = b""
         try:
             train_fn(self, request)
@@ -103,5 +118,6 @@ class TrainWorker:
             error = err.SerializeToString()
         finally:
             set_session(None)
+            artifacts.close()
             reports.close()
         return error

@@ -10,6 +10,7 @@ from trainwire.storage import Store
 from trainwire.structs import metrics_to_struct
 from trainwire.train.context import TrainContext, TrainSession
 from trainwire.v1 import common_pb2, worker_reports_pb2
+from trainwire_worker.artifacts import ArtifactSyncer
 from trainwire_worker.datasets import ShardSpec, read_shard
 from trainwire_worker.report_client import ReportStreamClient
 
@@ -28,6 +29,7 @@ class WorkerSession(TrainSession):
         checkpoint: What ``get_checkpoint`` returns at the start.
         dataset_shards: Dataset name -> this worker's shard.
         next_report_index: Index of this attempt's first report.
+        artifacts: Syncs the artifact directory at checkpoints (SyncConfig).
     """
 
     def __init__(
@@ -38,6 +40,7 @@ class WorkerSession(TrainSession):
         checkpoint: Checkpoint | None,
         dataset_shards: dict[str, Any],
         next_report_index: int,
+        artifacts: ArtifactSyncer | None = None,
     ) -> None:
         self.context = context
         self._store = store
@@ -45,6 +48,7 @@ class WorkerSession(TrainSession):
         self._checkpoint = checkpoint
         self._shards = dataset_shards
         self._next_index = next_report_index
+        self._artifacts = artifacts
 
     def report(self, metrics: dict[str, Any], checkpoint: Checkpoint | None = None) -> None:
         if not isinstance(metrics, dict):
@@ -63,6 +67,8 @@ class WorkerSession(TrainSession):
             )
             # A checkpoint reported in this run is what a restart resumes from.
             self._checkpoint = Checkpoint(self._store.uri_of(dest))
+            if self._artifacts is not None:
+                self._artifacts.on_checkpoint()
         self._reports.send(
             worker_reports_pb2.WorkerReport(
                 run_id=self.context.run_id,

@@ -22,6 +22,8 @@ class TrainContext:
     node_rank: int
     attempt: int = 0
     storage_path: str = ""
+    # This worker's local artifact directory; SyncConfig(sync_artifacts=True) copies it to the store.
+    trial_dir: str = ""
 
     def get_world_rank(self) -> int:
         return self.world_rank
@@ -46,6 +48,10 @@ class TrainContext:
 
     def get_storage(self) -> str:
         return self.storage_path
+
+    def get_trial_dir(self) -> str:
+        """A local directory for this worker's artifacts (logs, plots, ...), as in Ray Train."""
+        return self.trial_dir
 
 
 class TrainSession(abc.ABC):
