@@ -186,7 +186,7 @@ def compile_booster(framework: str, booster: Any, libpath: str) -> None:
         raise ValueError(f"cannot compile {framework!r} models")
     jobs = max(1, min(8, os.cpu_count() or 1))
     # Large forests: several translation units, compiled in parallel.
-    params = {"parallel_comp": jobs} if model.num_tree > 200 else {}
+    params = {"parallel_comp": jobs} if jobs > 1 and model.num_tree > 64 else {}
     tl2cgen.export_lib(model, toolchain="gcc", libpath=libpath, params=params, nthread=jobs)
 
 
