@@ -10,12 +10,13 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
 import pyarrow as pa
+import pyarrow.fs as pafs
 import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 
 from trainwire.dataset_schema import DatasetSchema
 from trainwire.errors import InvalidArgumentError, NotFoundError, ResourceExhaustedError
-from trainwire.storage import Store
+from trainwire.storage import Store, resolve
 from trainwire.v1 import coordinator_pb2
 from trainwire_worker.datasets import files_datasource, guess_format, open_dataset
 
@@ -132,7 +133,14 @@ class DatasetService:
                 f"dataset format must be parquet or csv, got {fmt!r}", field=f"datasets[{name}].format"
             )
         try:
+            fs, path = resolve(ref.uri)
+            root = not path.strip("/") if isinstance(fs, pafs.LocalFileSystem) else "/" not in path.strip("/")
+            if root:
+                # Reading a dataset lists its directory tree: "/" or a whole bucket would take the coordinator.
+                raise InvalidArgumentError(f"dataset {name!r}: {ref.uri!r} is a filesystem or bucket root", field=field)
             schema = open_dataset(ref.uri, fmt).schema
+        except InvalidArgumentError as exc:
+            raise InvalidArgumentError(exc.message, field=field) from exc
         except (OSError, pa.ArrowException, ValueError) as exc:
             raise InvalidArgumentError(f"dataset {name!r}: cannot read {ref.uri!r}: {exc}", field=field) from exc
         return DatasetSchema(uri=ref.uri, format=fmt, columns=tuple(schema.names))
