@@ -188,6 +188,13 @@ def test_coordinator_joins_ray_and_is_reached_by_its_service_name(services, monk
     assert deps["create-bucket"]["condition"] == "service_completed_successfully"
 
 
+def test_the_ray_head_offers_no_cpus(services):
+    """Training lands on the ray-worker hosts only (STRICT_SPREAD puts one rank on each)."""
+    command = services["ray-head"]["command"]
+    assert "--head" in command and "--num-cpus=0" in command
+    assert not any(arg.startswith("--num-cpus") for arg in services["ray-worker"]["command"]), "real CPU counts"
+
+
 def test_ray_nodes_and_the_driver_share_the_ray_token(services):
     tokens = {
         name: (spec["environment"].get("RAY_AUTH_MODE"), spec["environment"].get("RAY_AUTH_TOKEN"))
