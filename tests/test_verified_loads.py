@@ -165,3 +165,37 @@ def test_predictor_refuses_a_corrupt_checkpoint_once_checked_and_others_keep_ser
     finally:
         channel.close()
         thread.stop()
+
+
+def test_the_predictors_compiled_cache_is_not_part_of_the_checkpoint(coordinator, client, store, tmp_path):
+    """``.compiled/`` beside a model is the predictor's cache: not copied out, not uploadable."""
+    from trainwire.errors import InvalidArgumentError
+    from trainwire.manifest import COMPILED_DIR
+
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "model.txt").write_text("weights")
+    info = client.upload_checkpoint(src, run_name="with-compiled-cache")
+    ckpt = Checkpoint(info.uri)
+    store.write_bytes(f"{ckpt.path}/{COMPILED_DIR}/model.so", b"\x7fELF...")
+    assert sorted(os.listdir(ckpt.to_directory(tmp_path / "local"))) == [MANIFEST_NAME, "model.txt"]
+    downloaded = client.download_checkpoint(info.uri, tmp_path / "downloaded")
+    assert COMPILED_DIR not in os.listdir(downloaded)
+    (src / COMPILED_DIR).mkdir()
+    (src / COMPILED_DIR / "model.so").write_bytes(b"\x7fELF")
+    with pytest.raises(InvalidArgumentError, match="written by trainwire itself"):
+        client.upload_checkpoint(src, run_name="smuggled-library")
+
+
+def test_the_client_refuses_a_download_path_outside_the_target(tmp_path, monkeypatch):
+    from trainwire.client import CoordinatorClient
+    from trainwire.v1 import coordinator_pb2
+
+    client = CoordinatorClient("127.0.0.1:1")
+    monkeypatch.setattr(
+        client.stub, "DownloadCheckpoint", lambda *a, **k: iter([coordinator_pb2.FileChunk(path="../evil", data=b"x")])
+    )
+    with pytest.raises(DataLossError, match="outside the checkpoint"):
+        client.download_checkpoint("run/ckpt", tmp_path / "target")
+    assert not (tmp_path / "evil").exists()
+    client.close()

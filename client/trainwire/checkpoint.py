@@ -12,11 +12,20 @@ from typing import Any
 
 import pyarrow.fs as pafs
 
-from trainwire.manifest import verify_checkpoint
+from trainwire.manifest import COMPILED_DIR, is_derived_path, verify_checkpoint
 from trainwire.storage import Store, resolve
 
 METADATA_NAME = ".metadata.json"
 PREPROCESSOR_NAME = "preprocessor.pkl"
+
+
+def _ignore_derived(root: str) -> Callable[[str, list[str]], list[str]]:
+    """A ``shutil.copytree`` filter that leaves out the predictor's cache at the checkpoint's top level."""
+
+    def ignore(directory: str, names: list[str]) -> list[str]:
+        return [COMPILED_DIR] if os.path.samefile(directory, root) and COMPILED_DIR in names else []
+
+    return ignore
 
 
 class Checkpoint:
@@ -87,10 +96,11 @@ class Checkpoint:
             self._verify_local(target)
             return target
         try:
+            # Libraries the predictor compiled from the model are its cache, not the checkpoint.
             if self.is_local:
-                shutil.copytree(self.path, target, dirs_exist_ok=True)
+                shutil.copytree(self.path, target, dirs_exist_ok=True, ignore=_ignore_derived(self.path))
             else:
-                self._store.download_dir(self.path, target)
+                self._store.download_dir(self.path, target, skip=is_derived_path)
             self._verify_local(target)
         except BaseException:
             if path is None:

@@ -12,9 +12,10 @@ from pathlib import Path
 import grpc
 import pyarrow as pa
 
-from trainwire.errors import NotFoundError
+from trainwire.errors import DataLossError, NotFoundError
 from trainwire.grpc_status import from_rpc_error
 from trainwire.serving import message_size_options
+from trainwire.storage import is_relative_path
 from trainwire.tls import ClientTLS, open_channel
 from trainwire.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc
 
@@ -158,6 +159,9 @@ class CoordinatorClient:
             for chunk in self.stub.DownloadCheckpoint(
                 coordinator_pb2.DownloadCheckpointRequest(checkpoint=checkpoint), metadata=self._metadata
             ):
+                if not is_relative_path(chunk.path):
+                    # A server (or whoever sits in between) must not make us write outside the target.
+                    raise DataLossError(f"the coordinator sent a file path outside the checkpoint: {chunk.path!r}")
                 target = directory / chunk.path
                 if chunk.path not in handles:
                     target.parent.mkdir(parents=True, exist_ok=True)

@@ -16,6 +16,7 @@ import os
 import posixpath
 import re
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -227,14 +228,16 @@ class Store:
                 size += len(chunk)
         return size, digest.hexdigest()
 
-    def download_dir(self, src: str, local_dir: str | os.PathLike) -> None:
-        """Copies a directory of the store into a local directory."""
+    def download_dir(self, src: str, local_dir: str | os.PathLike, skip: Callable[[str], bool] | None = None) -> None:
+        """Copies a directory of the store into a local directory, less the relative paths ``skip`` names."""
         infos = self.fs.get_file_info(pafs.FileSelector(src, recursive=True, allow_not_found=True))
         if not infos and not self.exists(src):
             raise NotFoundError(f"{self.uri_of(src)} does not exist")
         os.makedirs(local_dir, exist_ok=True)
         files = [(relative_to(info.path, src), info) for info in infos if info.type == pafs.FileType.File]
         for rel, info in files:
+            if skip is not None and skip(rel):
+                continue
             target = Path(local_dir, rel)
             target.parent.mkdir(parents=True, exist_ok=True)
             with self.fs.open_input_stream(info.path) as fin, open(target, "wb") as fout:

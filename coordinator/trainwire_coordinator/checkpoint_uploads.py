@@ -12,6 +12,7 @@ from google.protobuf import json_format
 
 from trainwire.config import CheckpointConfig, check_structs
 from trainwire.errors import InvalidArgumentError
+from trainwire.manifest import is_derived_path
 from trainwire.storage import MANIFEST_NAME, ManifestEntry, Store, is_relative_path
 from trainwire.v1 import coordinator_pb2
 from trainwire_coordinator.checkpoint_manager import CheckpointManager
@@ -34,9 +35,10 @@ def _check_header(header: coordinator_pb2.UploadCheckpointHeader) -> dict[str, A
                 "NUL or backslash; parts of at most 255 bytes)",
                 field=f"header.files[{i}].path",
             )
-        if f.path == MANIFEST_NAME:
+        if f.path == MANIFEST_NAME or is_derived_path(f.path):
             raise InvalidArgumentError(
-                f"{MANIFEST_NAME!r} is written by the coordinator; leave it out of an upload",
+                f"{f.path!r} is written by trainwire itself (the manifest, the predictor's compiled models); "
+                "leave it out of an upload",
                 field=f"header.files[{i}].path",
             )
         if f.size_bytes < 0 or not _SHA256.match(f.sha256):

@@ -22,6 +22,7 @@ from trainwire.errors import (
     ResourceExhaustedError,
     TrainwireError,
 )
+from trainwire.manifest import is_derived_path
 from trainwire.storage import Store, is_relative_path
 from trainwire.tls import ClientTLS
 from trainwire.v1 import common_pb2, coordinator_pb2, worker_reports_pb2
@@ -428,7 +429,8 @@ def checkpoint_location(runs: RunManager, checkpoint: str) -> tuple[Store, str]:
 
 async def iter_checkpoint_files(store: Store, path: str) -> AsyncIterator[coordinator_pb2.FileChunk]:
     """Streams every file of a checkpoint directory in chunks."""
-    files = await asyncio.to_thread(store.walk_files, path)
+    # The predictor's compiled libraries live beside the model; they are its cache, not the checkpoint.
+    files = [(rel, size) for rel, size in await asyncio.to_thread(store.walk_files, path) if not is_derived_path(rel)]
     if not files:
         raise NotFoundError(f"checkpoint {store.uri_of(path)} has no files")
     for rel, _ in files:

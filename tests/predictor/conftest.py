@@ -124,7 +124,11 @@ def predictor(store):
     from trainwire_predictor.settings import PredictorSettings
 
     thread = PredictorThread(
-        PredictorSettings(port=0, store=store.uri, index_refresh_s=0.2, max_message_bytes=4 * 1024 * 1024)
+        # Transport tests compare served outputs bit for bit with in-process predict; compiled
+        # forests agree within 1e-7 and have their own tests (test_compiled_trees.py).
+        PredictorSettings(
+            port=0, store=store.uri, index_refresh_s=0.2, max_message_bytes=4 * 1024 * 1024, compile_tree_models=False
+        )
     )
     thread.start()
     yield thread
