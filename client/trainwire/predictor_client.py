@@ -123,6 +123,8 @@ class _Layout:
     name: str
     columns: pd.Index | None
     verified: set[str] = field(default_factory=set)
+    # The last caller Index found equal to ``columns`` (slices of one frame share theirs).
+    matched: pd.Index | None = None
 
 
 def _layout_of(inputs: Any, trainwire: bool) -> _Layout | None:
@@ -151,7 +153,11 @@ def _frame_matrix(frame: pd.DataFrame, layout: _Layout) -> np.ndarray | None:
     perm = None
     if layout.columns is not None:
         cols = frame.columns
-        if not cols.equals(layout.columns):
+        if cols is layout.matched:
+            pass
+        elif cols.equals(layout.columns):
+            layout.matched = cols
+        else:
             if len(cols) != len(layout.columns) or not cols.is_unique:
                 return None
             perm = cols.get_indexer(layout.columns)
