@@ -278,7 +278,9 @@ class PredictorClient:
         self._layouts[key] = layout
         return layout
 
-    def _trusted(self, model: str, version: str, layout: _Layout, response: pb.ModelInferResponse) -> bool:
+    def _trusted(
+        self, model: str, version: str, layout: _Layout, response: pb.ModelInferResponse, deadline: float | None = None
+    ) -> bool:
         """Whether the checkpoint that answered takes the layout's columns (checked once per checkpoint).
 
         False means the model's inputs changed: the layout is forgotten and the batch must go per column.
@@ -287,7 +289,7 @@ class PredictorClient:
         if served in layout.verified:
             return True
         try:
-            meta = self._call("ModelMetadata", pb.ModelMetadataRequest(name=model, version=served))
+            meta = self._call("ModelMetadata", pb.ModelMetadataRequest(name=model, version=served), deadline)
             fresh = _layout_of(meta.inputs, layout.columns is not None)
         except TrainwireError:
             fresh = None
@@ -365,7 +367,7 @@ class PredictorClient:
             # The model no longer takes this layout: forget it and send the batch per column.
             self._layouts.pop((model, version), None)
             return self._decode(self._call("ModelInfer", encode_request(model, data, version), deadline))
-        if layout is not None and not self._trusted(model, version, layout, response):
+        if layout is not None and not self._trusted(model, version, layout, response, deadline):
             response = self._call("ModelInfer", encode_request(model, data, version), deadline)
         return self._decode(response)
 
