@@ -240,8 +240,34 @@ TORCH = textwrap.dedent(
         return {"step": result.metrics.get("step"), "checkpoint": result.checkpoint.uri}
 
 
+    def horovod_loop():
+        import horovod.torch as hvd
+        import torch
+
+        hvd.init()
+        rows = sum(len(b["y"]) for b in train.get_dataset_shard("train").iter_torch_batches(batch_size=16))
+        total = hvd.allreduce(torch.tensor(float(rows)), op=hvd.Sum)
+        train.report({"size": hvd.size(), "rows": rows, "total": float(total.item())})
+        hvd.shutdown()
+
+
+    def horovod_fit():
+        from trainwire.horovod import HorovodConfig, HorovodTrainer
+
+        result = HorovodTrainer(
+            horovod_loop,
+            horovod_config=HorovodConfig(timeout_s=120),
+            scaling_config=ScalingConfig(num_workers=CPUS),
+            datasets={"train": linear_data()},
+            preprocessor=StandardScaler(columns=["a", "b", "c", "d"]),
+            run_config=RunConfig(name="real-cpus-horovod", verbose=0),
+        ).fit()
+        return result.metrics
+
+
     step("real-cpus-torch", torch_fit)
     step("real-cpus-huggingface", huggingface)
+    step("real-cpus-horovod", horovod_fit)
     trainwire.shutdown()
     """
 )
@@ -445,7 +471,7 @@ def test_gbdt_and_sklearn_on_every_real_cpu(tmp_path):
     assert skl["score"] > 0.9 and skl["checkpoint"].startswith(store)
 
 
-def test_torch_and_huggingface_read_ray_data_shards_on_every_real_cpu(tmp_path):
+def test_torch_huggingface_and_horovod_read_ray_data_shards_on_every_real_cpu(tmp_path):
     results = run_family(tmp_path, "torch_and_huggingface")
     cpus = os.cpu_count()
     torch_out = results["real-cpus-torch"][1]
@@ -453,6 +479,8 @@ def test_torch_and_huggingface_read_ray_data_shards_on_every_real_cpu(tmp_path):
     assert torch_out == {"epoch": 1, "rows": 64 // cpus, "world_size": cpus}
     hf = results["real-cpus-huggingface"][1]
     assert hf["checkpoint"].startswith(f"file://{tmp_path}/store/runs/")
+    # Horovod's allreduce over every rank's shard of the 64 rows.
+    assert results["real-cpus-horovod"][1] == {"size": cpus, "rows": 64 // cpus, "total": 64.0}
 
 
 def test_tensorflow_reads_ray_data_shards_on_every_real_cpu(tmp_path):
