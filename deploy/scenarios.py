@@ -11,8 +11,10 @@ checkpoints every step and reports, per step, the world size and every rank's no
 prints one JSON line with what the test asserts on:
 
 - ``placement``: ``num_workers=2``, ``STRICT_SPREAD``;
+- ``placement-xgboost``: the same for an XGBoost fit (built-in loop): each rank's pid, from its
+  ``worker_<rank>.json`` in the checkpoint, is matched to the host it ran on while the fit ran;
 - ``coordinator-kill``: SIGKILLs the coordinator host once two checkpoints are committed
-  (its restart policy brings it back);
+  (its restart policy brings it back); ``coordinator-term``: the same with SIGTERM;
 - ``worker-loss``: ``num_workers=(1, 2)``, ``STRICT_SPREAD``; kills every process of the host
   of rank 1 once two checkpoints are committed (the twin brings the host back later);
 - ``worker-loss-restart``: the same with ``num_workers=2`` and ``FailureConfig(max_failures=1)``.
@@ -38,6 +40,14 @@ from trainwire.torch import TorchTrainer
 from trainwire.v1 import common_pb2
 
 REPO = Path(__file__).resolve().parent.parent
+SCENARIOS = [
+    "placement",
+    "placement-xgboost",
+    "coordinator-kill",
+    "coordinator-term",
+    "worker-loss",
+    "worker-loss-restart",
+]
 
 
 def scenario_loop(config: dict) -> None:
@@ -109,9 +119,72 @@ def _wait_checkpoints(client: CoordinatorClient, run_id: str, count: int, timeou
         time.sleep(0.2)
 
 
+class HostSampler(threading.Thread):
+    """Which twin host each process runs on (pid -> replica), sampled while a fit runs."""
+
+    def __init__(self, state: str) -> None:
+        super().__init__(daemon=True)
+        replicas = json.loads(Path(state).read_text())["replicas"]
+        self.hosts = {os.stat(f"/run/netns/{r['netns']}").st_ino: name for name, r in replicas.items()}
+        self.seen: dict[int, str] = {}
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        while not self.done.is_set():
+            for entry in os.scandir("/proc"):
+                if entry.name.isdigit() and int(entry.name) not in self.seen:
+                    try:
+                        host = self.hosts.get(os.stat(f"/proc/{entry.name}/ns/net").st_ino)
+                    except OSError:
+                        continue
+                    if host is not None:
+                        self.seen[int(entry.name)] = host
+            self.done.wait(0.5)
+
+
+def placement_xgboost(args: argparse.Namespace) -> dict[str, Any]:
+    import pandas as pd
+    from sklearn.datasets import load_breast_cancer
+
+    from trainwire.xgboost import XGBoostTrainer
+
+    df: pd.DataFrame = load_breast_cancer(as_frame=True).frame
+    df.columns = [c.replace(" ", "_") for c in df.columns]
+    name = f"placement-xgboost-{int(time.time() * 1000)}"
+    sampler = HostSampler(args.twin_state)
+    sampler.start()
+    started = time.monotonic()
+    try:
+        result = XGBoostTrainer(
+            params={"objective": "binary:logistic", "eval_metric": ["logloss"]},
+            label_column="target",
+            num_boost_round=10,
+            datasets={"train": df},
+            scaling_config=ScalingConfig(num_workers=2, placement_strategy="STRICT_SPREAD"),
+            run_config=RunConfig(name=name, verbose=0),
+        ).fit()
+    finally:
+        sampler.done.set()
+        sampler.join()
+    report: dict[str, Any] = {"scenario": args.scenario, "name": name, "fit_s": round(time.monotonic() - started, 1)}
+    report["run_id"], report["state"] = result.run_id, result.state
+    with result.checkpoint.as_directory() as d:
+        summaries = [json.loads(p.read_text()) for p in Path(d).glob("worker_*.json")]
+    ranks = sorted(summaries, key=lambda r: r["world_rank"])
+    replicas = json.loads(Path(args.twin_state).read_text())["replicas"]
+    report["ranks"] = [
+        {"world_rank": r["world_rank"], "pid": r["pid"], "host": sampler.seen.get(r["pid"])} for r in ranks
+    ]
+    report["node_ips"] = [replicas[r["host"]]["ip"] if r["host"] else None for r in report["ranks"]]
+    return report
+
+
 def scenario(args: argparse.Namespace) -> dict[str, Any]:
+    if args.scenario == "placement-xgboost":
+        return placement_xgboost(args)
     name = f"{args.scenario}-{int(time.time() * 1000)}"
-    strategy = "PACK" if args.scenario == "coordinator-kill" else "STRICT_SPREAD"
+    coordinator = args.scenario.startswith("coordinator-")
+    strategy = "PACK" if coordinator else "STRICT_SPREAD"
     num_workers: int | tuple[int, int] = (1, 2) if args.scenario == "worker-loss" else 2
     max_failures = 1 if args.scenario == "worker-loss-restart" else 0
     steps = 3 if args.scenario == "placement" else args.steps
@@ -137,12 +210,13 @@ def scenario(args: argparse.Namespace) -> dict[str, Any]:
         before = _wait_checkpoints(client, run.run_id, 2, 180)
         report["committed_before_kill"] = sorted(c.checkpoint_id for c in before.best_checkpoints)
         report["node_ips_before_kill"] = before.latest_metrics.fields["node_ips"].string_value.split(",")
-        if args.scenario == "coordinator-kill":
+        if coordinator:
             report["killed"] = "coordinator"
         else:
             report["killed"] = _replica_at(args.twin_state, report["node_ips_before_kill"][1])
         report["killed_at_s"] = round(time.monotonic() - started, 1)
-        _twin(args.twin_state, "kill", report["killed"])
+        signal = "TERM" if args.scenario == "coordinator-term" else "KILL"
+        _twin(args.twin_state, "kill", "--signal", signal, report["killed"])
     fit.join(args.timeout_s)
     report["fit_s"] = round(time.monotonic() - started, 1)
     report["fit_error"] = fit.error if not fit.is_alive() else "fit() did not return"
@@ -176,7 +250,7 @@ def scenario(args: argparse.Namespace) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("scenario", choices=["placement", "coordinator-kill", "worker-loss", "worker-loss-restart"])
+    parser.add_argument("scenario", choices=SCENARIOS)
     parser.add_argument("--twin-state", required=True, help="the twin's state file (for its kill verb)")
     parser.add_argument("--steps", type=int, default=12)
     parser.add_argument("--sleep-s", type=float, default=1.0)

@@ -1,8 +1,9 @@
 """What must be shown on the twin, from its client host with real CPU counts (deploy/scenarios.py).
 
 One twin for the module (2 Ray worker hosts, a head without CPUs, no predictors): placement
-across hosts, a SIGKILLed coordinator, a lost worker host (elastic, and with a restart that waits
-for the host to come back). Needs root and iproute2; skipped elsewhere.
+across hosts (Torch and XGBoost), a SIGKILLed and a SIGTERMed coordinator, a lost worker host
+(elastic, and with a restart that waits for the host to come back). Needs root and iproute2;
+skipped elsewhere.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ pytestmark = [
 ]
 
 STEPS = 12
+SLEEP_S = 0.7  # a step: 12 of them (plus a checkpoint each) outlast the kill point
 
 
 def _twin(*args: str, timeout_s: float = 120, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
@@ -83,6 +85,8 @@ class Twin:
             str(self.state_path),
             "--steps",
             str(STEPS),
+            "--sleep-s",
+            str(SLEEP_S),
             timeout_s=420,
             env=self.env,
         )
@@ -144,16 +148,26 @@ def test_strict_spread_puts_one_rank_on_each_ray_worker_host(twin: Twin):
     assert twin.ip("ray-head-1") not in report["node_ips"][0], "the head offers no CPUs"
 
 
-def test_a_killed_coordinator_loses_nothing(twin: Twin):
-    report = twin.scenario("coordinator-kill")
+def test_strict_spread_puts_one_xgboost_rank_on_each_ray_worker_host(twin: Twin):
+    report = twin.scenario("placement-xgboost")
+    assert report["state"] == "SUCCEEDED", report
+    assert [r["world_rank"] for r in report["ranks"]] == [0, 1], report["ranks"]
+    assert set(report["node_ips"]) == {twin.ip("ray-worker-1"), twin.ip("ray-worker-2")}, report["ranks"]
+
+
+@pytest.mark.parametrize("scenario", ["coordinator-kill", "coordinator-term"])
+def test_a_killed_coordinator_loses_nothing(twin: Twin, scenario: str):
+    report = twin.scenario(scenario)
     _assert_nothing_lost(report)
     assert report["num_coordinator_restarts"] == 1 and report["num_failures"] == 0
     restarting = [reason for state, reason in report["states"] if state == "RESTARTING"]
     assert any(r.startswith("the coordinator restarted; resuming from checkpoint") for r in restarting), restarting
+    if scenario == "coordinator-term":
+        assert "the coordinator is stopping; the next coordinator carries the run on" in restarting
 
 
 @pytest.mark.xfail(
-    reason="coordinator bug: the surviving rank's gloo error ('Connection closed by peer') ends the attempt "
+    reason="coordinator bug: the surviving rank's gloo error (connection closed/reset by peer) ends the attempt "
     "before Ray reports the lost host's actor dead, so it counts as a failure (max_failures=0: FAILED) "
     "instead of a lost worker",
     strict=False,
