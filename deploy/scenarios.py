@@ -36,6 +36,7 @@ from typing import Any
 import trainwire
 from trainwire import Checkpoint, CheckpointConfig, FailureConfig, RunConfig, ScalingConfig, train
 from trainwire.client import CoordinatorClient
+from trainwire.errors import ResourceExhaustedError
 from trainwire.torch import TorchTrainer
 from trainwire.v1 import common_pb2
 
@@ -90,15 +91,28 @@ class Fit(threading.Thread):
         self.trainer, self.result, self.error = trainer, None, None
 
     def run(self) -> None:
-        try:
-            self.result = self.trainer.fit()
-        except Exception as exc:  # noqa: BLE001 - reported in the JSON
-            self.error = f"{type(exc).__name__}: {exc}"
+        # Right after the twin comes up its Ray workers may not have joined yet, and a Fit the
+        # cluster cannot hold is refused at once: try again while they join.
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                self.result = self.trainer.fit()
+                return
+            except ResourceExhaustedError as exc:
+                if time.monotonic() > deadline:
+                    self.error = f"{type(exc).__name__}: {exc}"
+                    return
+                time.sleep(1)
+            except Exception as exc:  # noqa: BLE001 - reported in the JSON
+                self.error = f"{type(exc).__name__}: {exc}"
+                return
 
 
-def _run_named(client: CoordinatorClient, name: str, timeout_s: float) -> common_pb2.Run:
+def _run_named(client: CoordinatorClient, name: str, timeout_s: float, fit: Fit | None = None) -> common_pb2.Run:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
+        if fit is not None and fit.error:
+            raise RuntimeError(f"the fit failed before its run appeared: {fit.error}")
         runs = [r for r in client.list_runs().runs if r.name == name]
         if runs:
             return runs[0]
@@ -204,7 +218,7 @@ def scenario(args: argparse.Namespace) -> dict[str, Any]:
     fit.start()
     client = CoordinatorClient(os.environ["TRAINWIRE_ADDRESS"])
     report: dict[str, Any] = {"scenario": args.scenario, "name": name}
-    run = _run_named(client, name, 120)
+    run = _run_named(client, name, 120, fit)
     report["run_id"] = run.run_id
     if args.scenario != "placement":
         before = _wait_checkpoints(client, run.run_id, 2, 180)

@@ -166,12 +166,6 @@ def test_a_killed_coordinator_loses_nothing(twin: Twin, scenario: str):
         assert "the coordinator is stopping; the next coordinator carries the run on" in restarting
 
 
-@pytest.mark.xfail(
-    reason="coordinator bug: the surviving rank's gloo error (connection closed/reset by peer) ends the attempt "
-    "before Ray reports the lost host's actor dead, so it counts as a failure (max_failures=0: FAILED) "
-    "instead of a lost worker",
-    strict=False,
-)
 def test_an_elastic_run_carries_on_when_a_worker_host_is_lost(twin: Twin):
     report = twin.scenario("worker-loss")
     assert report["killed"].startswith("ray-worker-")

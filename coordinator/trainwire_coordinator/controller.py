@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -55,6 +56,13 @@ class ControllerDeps:
 
 def _check_framework(worker: Any, module: str, framework: str, package: str, install: str) -> None:
     require_installed(module, framework, package, install)
+
+
+# How long an elastic group waits, after a rank fails, for Ray to report a dead actor.
+LOST_WORKER_GRACE_S = 20.0
+# After a lost worker, an elastic group does not grow for this long: long enough for Ray to declare
+# a lost node dead (until then its resources still look available).
+RESIZE_AFTER_LOSS_S = 60.0
 
 
 def _error_from_exception(rank: int, attempt: int, exc: BaseException) -> common_pb2.WorkerError:
@@ -113,7 +121,9 @@ class RunController:
         # The size of the current attempt's group, and the size the scaling policy asked for next.
         self.world_size = 0
         self._resize_to = 0
+        self._grow_to = 0
         self._worker_lost = False
+        self._lost_at: float | None = None
         # Committed checkpoints when a worker was last lost (an elastic run carries on once per checkpoint).
         self._checkpoints_at_loss = -1
         self._preprocessor: Any = None
@@ -193,7 +203,7 @@ class RunController:
     async def _main(self) -> None:
         try:
             while True:
-                self._resize_to, self._worker_lost = 0, False
+                self._worker_lost = False
                 error = await self._run_attempt()
                 committed = len(self.checkpoints.checkpoints)
                 outcome = AttemptOutcome(
@@ -210,6 +220,7 @@ class RunController:
                 decision = after_attempt(outcome, self.run.num_failures, self.policy)
                 if self._worker_lost:
                     self._checkpoints_at_loss = committed
+                    self._lost_at = time.monotonic()
                 if error is not None and decision.state != common_pb2.CANCELLED and not self._suspend_requested:
                     self.deps.metrics.worker_failures.labels(str(decision.counts_as_failure).lower()).inc()
                     await self.deps.emit(coordinator_pb2.RunEvent(run_id=self.run.run_id, worker_error=error))
@@ -221,6 +232,8 @@ class RunController:
                 await self._transition(decision.state, decision.reason)
                 if not decision.restart:
                     return
+                self._grow_to = self._resize_to  # the size the policy chose, for the next group
+                self._resize_to = 0
                 cause = "failure" if decision.counts_as_failure else "lost_worker" if error is not None else "resize"
                 self.deps.metrics.restarts.labels(cause).inc()
                 self.run.attempt += 1
@@ -273,6 +286,14 @@ class RunController:
         num_workers = self.scaling.min_workers
         if self.scaling.elastic:
             num_workers = self.scaling.workers_to_start(await asyncio.to_thread(ray.available_resources))
+            if self._grow_to:
+                # What the policy saw fit at the checkpoint: the group just ended has not yet
+                # handed its own CPUs back to what Ray reports as available.
+                num_workers, self._grow_to = self._grow_to, 0
+            elif self._lost_recently() and self.world_size:
+                # Ray counts a lost node's CPUs as available until it declares the node dead: carry
+                # on with the workers that are left, and grow at a checkpoint once it is safe to.
+                num_workers = max(self.scaling.min_workers, min(num_workers, self.world_size - 1))
         pg = await self._reserve(num_workers)
         if self._stop_requested():
             remove_placement_group(pg)
@@ -418,12 +439,29 @@ class RunController:
                         self._worker_lost = True
                         return _error_from_exception(rank, self.attempt, exc)
                     if outcome:
-                        return common_pb2.WorkerError.FromString(outcome)
+                        error = common_pb2.WorkerError.FromString(outcome)
+                        if self.scaling.elastic and refs:
+                            # When a host dies, the ranks left often fail first (their collective
+                            # loses a peer) and Ray reports the dead actor only later: an elastic
+                            # group waits a moment to tell a lost worker from a bug in the loop.
+                            lost = await self._lost_worker(refs)
+                            if lost is not None:
+                                self._worker_lost = True
+                                return lost
+                        return error
             return None
         finally:
             interrupt.cancel()
             for fut in refs:
                 fut.cancel()
+
+    async def _lost_worker(self, refs: dict[Any, int]) -> common_pb2.WorkerError | None:
+        """The error of a rank whose actor died within ``LOST_WORKER_GRACE_S``, if one did."""
+        done, _ = await asyncio.wait(list(refs), timeout=LOST_WORKER_GRACE_S, return_when=asyncio.FIRST_EXCEPTION)
+        for fut in done:
+            if fut.exception() is not None:
+                return _error_from_exception(refs[fut], self.attempt, fut.exception())
+        return None
 
     # --- reports ------------------------------------------------------------------
     async def on_report(self, report: worker_reports_pb2.WorkerReport) -> None:
@@ -466,9 +504,14 @@ class RunController:
             await self.deps.emit(coordinator_pb2.RunEvent(run_id=self.run.run_id, checkpoint=info))
         await self._maybe_resize()
 
+    def _lost_recently(self) -> bool:
+        return self._lost_at is not None and time.monotonic() - self._lost_at < RESIZE_AFTER_LOSS_S
+
     async def _maybe_resize(self) -> None:
         """At a checkpoint, asks the scaling policy whether a larger group would fit now."""
         if not self.scaling.elastic or self._interrupt.is_set():
+            return
+        if self._lost_recently():
             return
         target = self.scaling.resize_to(self.world_size, await asyncio.to_thread(ray.available_resources))
         if target:
