@@ -130,8 +130,34 @@ def test_fit_on_the_twin_served_by_every_predictor_replica(tmp_path: Path):
         assert f"{run_dir}/checkpoints/checkpoint_000020/worker_0.json" in listing.stdout.split(), listing.stdout
         keys = _in_netns(client, ["redis-cli", "-h", "redis", "--scan", "--pattern", f"*{report['run_id']}*"], env, 30)
         assert report["run_id"] in keys.stdout, keys.stdout + keys.stderr
-        # A cut predictor host: its link down, it no longer answers; the other replica does.
+        # A cut predictor host while a client round-robins over both replicas by one DNS name:
+        # later calls are answered by the other replica, and no call outlives its 2 s deadline.
+        ready = tmp_path / "scoring-ready"
+        scoring = subprocess.Popen(
+            ["ip", "netns", "exec", client, sys.executable, "deploy/round_robin.py", report["run_id"]]
+            + ["--seconds", "12", "--timeout-s", "2", "--ready-file", str(ready)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=REPO,
+        )
+        deadline = time.monotonic() + 90
+        while not ready.exists():
+            assert scoring.poll() is None and time.monotonic() < deadline, scoring.communicate()
+            time.sleep(0.1)
+        time.sleep(1)
+        cut_at = time.time()
         assert _twin("link", "--state", str(state_path), "predictor-2", "down").returncode == 0
+        out, err = scoring.communicate(timeout=120)
+        assert scoring.returncode == 0, out[-2000:] + err[-4000:]
+        scored = json.loads(out.strip().splitlines()[-1])
+        calls = scored["calls"]
+        assert max(c["latency_s"] for c in calls) < 2.5, "a call hung past its deadline"
+        # Once a deadline has passed since the cut, every call is answered (by predictor-1).
+        later = [c for c in calls if scored["started"] + c["at"] > cut_at + 2.5]
+        assert later and all(c["ok"] for c in later), calls
+        # Its link down, predictor-2 no longer answers; the other replica does.
         cut = _in_netns(client, ["trainwire", "health", "--timeout-s", "2", "predictor-2:8001"], env, 30)
         assert cut.returncode != 0 and "DEADLINE_EXCEEDED" in cut.stderr, cut.stdout + cut.stderr
         other = _in_netns(client, ["trainwire", "health", "predictor-1:8001"], env, 30)

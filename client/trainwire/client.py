@@ -14,7 +14,7 @@ import pyarrow as pa
 
 from trainwire.errors import DataLossError, NotFoundError
 from trainwire.grpc_status import from_rpc_error
-from trainwire.serving import message_size_options
+from trainwire.serving import KEEPALIVE_CLIENT_OPTIONS, message_size_options
 from trainwire.storage import is_relative_path
 from trainwire.tls import ClientTLS, open_channel
 from trainwire.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc
@@ -49,7 +49,7 @@ class CoordinatorClient:
         self.address = address
         self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
         tls = tls if tls is not None else ClientTLS.from_files()
-        self.channel = open_channel(address, message_size_options(max_message_bytes), tls)
+        self.channel = open_channel(address, [*message_size_options(max_message_bytes), *KEEPALIVE_CLIENT_OPTIONS], tls)
         self.stub = coordinator_pb2_grpc.CoordinatorStub(self.channel)
 
     def _call(self, method: str, request: object, **kwargs: object) -> object:

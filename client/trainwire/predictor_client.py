@@ -40,7 +40,7 @@ from trainwire.inference import grpc_service_pb2 as pb
 from trainwire.inference import grpc_service_pb2_grpc as pb_grpc
 from trainwire.inference.codec import datatype_of, from_contents, from_raw, to_raw
 from trainwire.predictor import DataBatch
-from trainwire.serving import message_size_options
+from trainwire.serving import KEEPALIVE_CLIENT_OPTIONS, message_size_options
 from trainwire.tls import ClientTLS, open_channel
 
 # Name of the single tensor a 2-D numpy array is sent as.
@@ -235,6 +235,7 @@ class PredictorClient:
         tls = tls if tls is not None else ClientTLS.from_files()
         options: list[tuple[str, Any]] = [
             *message_size_options(max_message_bytes),
+            *KEEPALIVE_CLIENT_OPTIONS,
             ("grpc.service_config", service_config(load_balancing, max_attempts)),
             ("grpc.enable_retries", 1),
         ]

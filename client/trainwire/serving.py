@@ -87,6 +87,22 @@ def message_size_options(max_message_bytes: int) -> list[tuple[str, int]]:
     ]
 
 
+# A cut link sends no reset: without pings a channel keeps a dead connection READY until TCP gives
+# up (minutes), and round robin keeps picking it. Clients ping every 2 s, even when idle.
+KEEPALIVE_CLIENT_OPTIONS: list[tuple[str, int]] = [
+    ("grpc.keepalive_time_ms", 2000),
+    ("grpc.keepalive_timeout_ms", 1000),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.max_pings_without_data", 0),
+]
+# Servers accept those pings (by default they answer frequent pings with GOAWAY).
+KEEPALIVE_SERVER_OPTIONS: list[tuple[str, int]] = [
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.min_recv_ping_interval_without_data_ms", 1000),
+    ("grpc.http2.max_ping_strikes", 0),
+]
+
+
 def add_health_and_reflection(server: grpc.aio.Server, service_names: Iterable[str]) -> health.aio.HealthServicer:
     """Registers gRPC health checking and server reflection (so grpcurl and ghz need no protos)."""
     health_servicer = health.aio.HealthServicer()

@@ -18,6 +18,7 @@ import grpc
 import ray
 
 from trainwire.serving import (
+    KEEPALIVE_SERVER_OPTIONS,
     BearerTokenInterceptor,
     MetricsServer,
     ServerThread,
@@ -118,7 +119,8 @@ class CoordinatorServer:
         )
         interceptors = [BearerTokenInterceptor(settings.auth_token, SERVICE_NAMES[:1])] if settings.auth_token else []
         self.server = grpc.aio.server(
-            options=message_size_options(settings.max_message_bytes), interceptors=interceptors
+            options=[*message_size_options(settings.max_message_bytes), *KEEPALIVE_SERVER_OPTIONS],
+            interceptors=interceptors,
         )
         coordinator_pb2_grpc.add_CoordinatorServicer_to_server(CoordinatorServicer(self.runs), self.server)
         worker_reports_pb2_grpc.add_WorkerReportsServicer_to_server(WorkerReportsServicer(self.runs), self.server)

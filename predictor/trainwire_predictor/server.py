@@ -14,6 +14,7 @@ from grpc_reflection.v1alpha import reflection, reflection_pb2
 
 from trainwire.inference import grpc_service_pb2, grpc_service_pb2_grpc
 from trainwire.serving import (
+    KEEPALIVE_SERVER_OPTIONS,
     BearerTokenInterceptor,
     ServerThread,
     advertised_address,
@@ -95,7 +96,8 @@ class PredictorServer:
         self.executor = ThreadPoolExecutor(max(1, settings.worker_threads), thread_name_prefix="trainwire-predict")
         interceptors = [BearerTokenInterceptor(settings.auth_token, (SERVICE_NAME,))] if settings.auth_token else []
         self.server = grpc.aio.server(
-            options=message_size_options(settings.max_message_bytes), interceptors=interceptors
+            options=[*message_size_options(settings.max_message_bytes), *KEEPALIVE_SERVER_OPTIONS],
+            interceptors=interceptors,
         )
         self.metrics = PredictorMetrics() if settings.metrics_port else None
         self.servicer = InferenceServicer(
