@@ -3,10 +3,14 @@
 Runs on the embedded defaults: trainwire.init() starts a local coordinator
 (local Ray, SQLite metadata, a store under ~/.trainwire); a predictor process
 serves the same store over the Open Inference Protocol.
+
+On a deployment, TRAINWIRE_ADDRESS names the coordinator and TRAINWIRE_PREDICTOR_ADDRESS
+the predictors (e.g. ``dns:///predictor:8001``: round robin over every replica).
 """
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -59,13 +63,17 @@ def main() -> None:
     features = valid_df.drop(columns=["target"])
     local = XGBoostPredictor.from_checkpoint(result.checkpoint).predict(features)["predictions"].to_numpy()
 
-    proc, address = start_predictor(default_store())
+    address = os.environ.get("TRAINWIRE_PREDICTOR_ADDRESS")
+    proc = None
+    if not address:
+        proc, address = start_predictor(default_store())
     try:
         with PredictorClient(address) as client:
             served = client.predict("cancer", features)["predictions"].to_numpy()
     finally:
-        proc.terminate()
-        proc.wait(30)
+        if proc is not None:
+            proc.terminate()
+            proc.wait(30)
     accuracy = ((served > 0.5) == valid_df["target"].to_numpy()).mean()
     print(f"predictor at {address} served {len(served)} rows of model 'cancer': accuracy {accuracy:.3f}")
     print(f"same as in-process XGBoostPredictor: {np.allclose(served, local)}")
