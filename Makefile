@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PACKAGES := client coordinator worker predictor
 
-.PHONY: setup demo test lint protos redis-server iproute2 twin-up twin-down
+.PHONY: setup demo test lint protos redis-server iproute2 twin-up twin-down deploy-check
 
 $(STAMP): requirements.txt constraints.txt $(addsuffix /pyproject.toml,$(PACKAGES))
 	python3 -m venv $(VENV)
@@ -52,3 +52,8 @@ twin-up: setup redis-server iproute2
 
 twin-down:
 	$(PY) -m deploy.twin down --state $(TWIN_STATE)
+
+# CI's deployment stage (after `make test`): the compose topology as separate hosts, a fit from a
+# client host and answers from every predictor replica.
+deploy-check: setup redis-server iproute2
+	deploy/ci_stage.sh

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# CI's deployment stage, after `make test`: docker-compose.yml brought up as separate hosts (the
+# twin, 2 Ray workers and 2 predictors), an XGBoost fit from a client host, answers from every
+# predictor replica; the twin is torn down (by ids) whatever happens.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+state=deploy/.twin/ci-state.json
+rm -f "$state"
+trap '.venv/bin/python -m deploy.twin down --state "$state" >/dev/null || true' EXIT
+.venv/bin/python -m deploy.twin up --detach --state "$state" --scale=ray-worker=2 --scale=predictor=2
+# The S3 credentials the twin's MinIO stand-in was given (not sourced: other values hold '&').
+AWS_ACCESS_KEY_ID=$(sed -n 's/^AWS_ACCESS_KEY_ID=//p' .env.example)
+AWS_SECRET_ACCESS_KEY=$(sed -n 's/^AWS_SECRET_ACCESS_KEY=//p' .env.example)
+.venv/bin/python -m deploy.twin exec --state "$state" client -- \
+    env GRPC_DNS_RESOLVER=native TRAINWIRE_ADDRESS=coordinator:50051 \
+    AWS_ACCESS_KEY_ID="$AWS_ACCESS_KEY_ID" AWS_SECRET_ACCESS_KEY="$AWS_SECRET_ACCESS_KEY" \
+    .venv/bin/python deploy/smoke.py --predictor predictor-1:8001 --predictor predictor-2:8001
+echo "deployment stage: passed"
