@@ -127,16 +127,22 @@ def twin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Twin]:
 
 
 def _assert_nothing_lost(report: dict[str, Any]) -> None:
-    """Succeeded, every step once in metrics_dataframe and in the events, every checkpoint kept."""
+    """Succeeded, every step in metrics_dataframe and in the events, every checkpoint kept.
+
+    A step reported but not yet checkpointed when a group ends runs again after the restart
+    (as in Ray Train), so it may appear twice; none may be missing, and they come in order.
+    """
     assert report["fit_error"] is None, report["fit_error"]
     assert report["state"] == "SUCCEEDED" and report["result_run_id"] == report["run_id"]
-    assert report["steps"] == list(range(STEPS)), "metrics_dataframe has every step once"
-    assert report["event_steps"] == list(range(STEPS))
-    assert report["report_indices"] == list(range(1, STEPS + 1))
+    assert sorted(set(report["steps"])) == list(range(STEPS)), "metrics_dataframe has every step"
+    assert report["steps"] == sorted(report["steps"]), "steps come in order"
+    assert sorted(set(report["event_steps"])) == list(range(STEPS))
+    indices = report["report_indices"]
+    assert indices == sorted(set(indices)), "report indices only grow, none repeats"
     # Watched from 0: ids 1..N, no gap, no repeat.
     assert report["event_ids"] == list(range(1, len(report["event_ids"]) + 1))
     assert set(report["committed_before_kill"]) <= set(report["checkpoints"]), "no committed checkpoint lost"
-    assert len(report["checkpoints"]) == STEPS
+    assert len(report["checkpoints"]) >= STEPS
 
 
 def test_strict_spread_puts_one_rank_on_each_ray_worker_host(twin: Twin):
