@@ -26,11 +26,8 @@ import threading
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
-from trainwire.serving import MetricsServer
 from trainwire_predictor.model_repository import ModelRef
 from trainwire_predictor.statistics import Timing, model_labels
-
-__all__ = ["MetricsServer", "PredictorMetrics"]
 
 LABELS = ("model", "version")
 # Microseconds: 50 µs to 10 s.

@@ -16,6 +16,7 @@ from trainwire.inference import grpc_service_pb2, grpc_service_pb2_grpc
 from trainwire.serving import (
     KEEPALIVE_SERVER_OPTIONS,
     BearerTokenInterceptor,
+    MetricsServer,
     ServerThread,
     advertised_address,
     mark_serving,
@@ -25,7 +26,7 @@ from trainwire.serving import (
 from trainwire.storage import Store
 from trainwire.tls import add_port, add_tls_arguments
 from trainwire_predictor.batching import Batcher
-from trainwire_predictor.metrics import MetricsServer, PredictorMetrics
+from trainwire_predictor.metrics import PredictorMetrics
 from trainwire_predictor.model_repository import ModelRepository
 from trainwire_predictor.servicer import InferenceServicer
 from trainwire_predictor.settings import PredictorSettings
