@@ -247,12 +247,13 @@ def test_a_failing_rank_fails_the_run_promptly(coordinator):
 
 
 def test_the_predictor_service_serves_horovod_checkpoints_as_torch(first_run, store):
-    from trainwire_predictor.model_repository import PREDICTORS, detect_framework
+    from trainwire.frameworks import get_framework
+    from trainwire_predictor.model_repository import detect_framework
 
     result, _ = first_run
     checkpoint_id = result.checkpoint.uri.rstrip("/").rsplit("/", 1)[-1]
     assert detect_framework(store, store.checkpoint_dir(result.run_id, checkpoint_id)) == "horovod"
-    assert PREDICTORS["horovod"] == ("trainwire.torch.predictor", "TorchPredictor")
+    assert issubclass(get_framework("horovod").predictor_class(), TorchPredictor)
 
 
 def test_a_missing_horovod_names_the_build_script_not_pip(monkeypatch):

@@ -41,13 +41,12 @@ from typing import Any
 
 import numpy as np
 
+from trainwire import frameworks
 from trainwire.manifest import COMPILED_DIR, read_manifest
 from trainwire.storage import Store
 
 logger = logging.getLogger(__name__)
 
-# Framework -> the model file its checkpoints hold (what the cache key hashes).
-MODEL_FILES = {"xgboost": "model.ubj", "lightgbm": "model.txt"}
 # Largest difference from the framework's predict a compiled library may show on the probe rows.
 TOLERANCE = 1e-6
 _TAG_UNSAFE = re.compile(r"[^A-Za-z0-9_.]+")
@@ -55,8 +54,10 @@ _TAG_UNSAFE = re.compile(r"[^A-Za-z0-9_.]+")
 
 def supports(framework: str, predictor: Any) -> bool:
     """Whether a loaded predictor holds a booster this module can compile."""
+    declared = frameworks.frameworks().get(framework)
     return (
-        framework in MODEL_FILES
+        declared is not None
+        and declared.compiles_trees
         and hasattr(predictor, "use_compiled")
         and getattr(predictor, "model", None) is not None
     )
@@ -225,7 +226,8 @@ class TreeCompiler:
     @staticmethod
     def model_sha256(store: Store, directory: str, framework: str) -> str:
         """The model file's sha256: from the (verified) manifest, else hashed from the store."""
-        filename = MODEL_FILES[framework]
+        # The main model file is what the cache key hashes.
+        filename = frameworks.get_framework(framework).model_file
         for entry in read_manifest(store, directory) or []:
             if entry.path == filename:
                 return entry.sha256

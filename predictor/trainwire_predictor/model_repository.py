@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import importlib
 import logging
 import re
 import time
@@ -31,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from trainwire import frameworks
 from trainwire.checkpoint import Checkpoint
 from trainwire.errors import DataLossError, FailedPreconditionError, NotFoundError, TrainwireError
 from trainwire.inference.codec import NUMERIC, datatype_of
@@ -43,27 +43,6 @@ logger = logging.getLogger(__name__)
 
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 _MAX_CACHED_NAMES = 10_000
-
-# Framework -> (module, class) of its Predictor, imported only when a model needs it.
-PREDICTORS: dict[str, tuple[str, str]] = {
-    "xgboost": ("trainwire.xgboost.predictor", "XGBoostPredictor"),
-    "torch": ("trainwire.torch.predictor", "TorchPredictor"),
-    "horovod": ("trainwire.torch.predictor", "TorchPredictor"),  # horovod.torch checkpoints are torch's
-    "sklearn": ("trainwire.sklearn.predictor", "SklearnPredictor"),
-    "lightgbm": ("trainwire.lightgbm.predictor", "LightGBMPredictor"),
-    "tensorflow": ("trainwire.tensorflow.predictor", "TensorflowPredictor"),
-    "rllib": ("trainwire.rllib.predictor", "RLPredictor"),
-}
-# Options for serving many small batches at once (results are the same).
-SERVING_KWARGS: dict[str, dict[str, Any]] = {"xgboost": {"nthread": 1}, "lightgbm": {"num_threads": 1}}
-# Checkpoints written before manifests named the framework: known model file -> framework.
-MODEL_FILES: dict[str, str] = {
-    "model.ubj": "xgboost",
-    "model.pt": "torch",
-    "model.pkl": "sklearn",
-    "model.txt": "lightgbm",
-    "model.keras": "tensorflow",
-}
 
 
 @dataclass(frozen=True)
@@ -106,20 +85,34 @@ class LoadedModel:
     def columns(self) -> list[str] | None:
         return self.predictor.feature_columns
 
+    @property
+    def platform(self) -> str:
+        """What ModelMetadata reports: the framework's declared platform, else its name."""
+        declared = frameworks.frameworks().get(self.framework)
+        return declared.platform if declared is not None and declared.platform else self.framework
+
 
 def detect_framework(store: Store, directory: str) -> str:
-    """The framework of a checkpoint: its manifest, its metadata, else its model file."""
+    """The framework of a checkpoint: the one its manifest or metadata names, if its model file is there.
+
+    Checkpoints that name none (uploads, older ones) or another whose files they
+    lack (a Transformers model saved from a torch loop) go by the first model file
+    of ``trainwire.frameworks`` they hold.
+    """
+    table = frameworks.frameworks()
     named = ""
     for name in (MANIFEST_NAME, ".metadata.json"):
         path = f"{directory}/{name}"
         if store.exists(path):
             named = str(store.read_json(path).get("framework") or "")
-            if named in PREDICTORS:
-                return named
-    # Uploaded checkpoints (framework "upload") and older ones: the model file tells.
-    for filename, framework in MODEL_FILES.items():
-        if store.exists(f"{directory}/{filename}"):
-            return framework
+            if named in table:
+                break
+    declared = table.get(named)
+    if declared is not None and (not declared.model_file or store.exists(f"{directory}/{declared.model_file}")):
+        return named
+    for candidate in table.values():
+        if candidate.model_file and store.exists(f"{directory}/{candidate.model_file}"):
+            return candidate.name
     if named:
         return named
     raise FailedPreconditionError(f"cannot tell the framework of checkpoint {store.uri_of(directory)}")
@@ -133,13 +126,13 @@ def load_predictor(store: Store, run_id: str, checkpoint_id: str) -> tuple[str, 
     """
     directory = store.checkpoint_dir(run_id, checkpoint_id)
     framework = detect_framework(store, directory)
-    if framework not in PREDICTORS:
+    declared = frameworks.frameworks().get(framework)
+    if declared is None:
         raise FailedPreconditionError(
-            f"the predictor cannot serve {framework!r} checkpoints; it serves {', '.join(PREDICTORS)}"
+            f"the predictor cannot serve {framework!r} checkpoints; it serves {', '.join(frameworks.names())}"
         )
-    module, cls_name = PREDICTORS[framework]
-    predictor_cls = getattr(importlib.import_module(module), cls_name)
-    kwargs = SERVING_KWARGS.get(framework, {})
+    predictor_cls = declared.predictor_class()
+    kwargs = dict(declared.serving_kwargs)
     checkpoint = Checkpoint(store.uri_of(directory))
     checkpoint._verified = True
     return framework, predictor_cls.from_checkpoint(checkpoint, **kwargs)

@@ -91,7 +91,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         return pb.ModelMetadataResponse(
             name=request.name,
             versions=list(model.ref.versions),
-            platform=model.framework,
+            platform=model.platform,
             inputs=[tensor(name=s.name, datatype=s.datatype, shape=s.shape) for s in model.inputs],
             outputs=[tensor(name=s.name, datatype=s.datatype, shape=s.shape) for s in model.outputs],
         )

@@ -7,8 +7,9 @@ from typing import Any
 
 from trainwire.checkpoint import Checkpoint
 from trainwire.gbdt import GBDTTrainer
+from trainwire.lightgbm.framework import FRAMEWORK
 
-MODEL_FILENAME = "model.txt"
+MODEL_FILENAME = FRAMEWORK.model_file
 
 
 class LightGBMCheckpoint(Checkpoint):

@@ -9,10 +9,11 @@ import cloudpickle
 
 from trainwire.checkpoint import Checkpoint
 from trainwire.errors import InvalidArgumentError
+from trainwire.sklearn.framework import FRAMEWORK
 from trainwire.trainer import BaseTrainer, pickle_by_value
 from trainwire.v1 import coordinator_pb2
 
-MODEL_FILENAME = "model.pkl"
+MODEL_FILENAME = FRAMEWORK.model_file
 
 
 class SklearnCheckpoint(Checkpoint):

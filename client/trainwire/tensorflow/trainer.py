@@ -8,9 +8,10 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from trainwire.checkpoint import Checkpoint
+from trainwire.tensorflow.framework import FRAMEWORK
 from trainwire.trainer import DataParallelTrainer
 
-MODEL_FILENAME = "model.keras"
+MODEL_FILENAME = FRAMEWORK.model_file
 # Checkpoint metadata key: the Keras package that saved the model ("tf_keras" or "keras").
 KERAS_KEY = "keras"
 

@@ -6,8 +6,9 @@ import os
 from typing import Any
 
 from trainwire.checkpoint import Checkpoint
+from trainwire.torch.framework import FRAMEWORK
 
-MODEL_FILENAME = "model.pt"
+MODEL_FILENAME = FRAMEWORK.model_file
 
 
 class TorchCheckpoint(Checkpoint):

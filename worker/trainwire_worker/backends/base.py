@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
+from trainwire import frameworks
 from trainwire.checkpoint import METADATA_NAME
 from trainwire.dataset_schema import DatasetSchema
 from trainwire.errors import InvalidArgumentError, require_installed
@@ -100,34 +100,18 @@ def write_model_metadata(directory: str, framework: str, feature_columns: list[s
         json.dump(meta, f)
 
 
-_REGISTRY = {
-    "torch": "trainwire_worker.backends.torch:TorchBackend",
-    "horovod": "trainwire_worker.backends.horovod:HorovodBackend",
-    "xgboost": "trainwire_worker.backends.xgboost:XGBoostBackend",
-    "lightgbm": "trainwire_worker.backends.lightgbm:LightGBMBackend",
-    "tensorflow": "trainwire_worker.backends.tensorflow:TensorflowBackend",
-    "rllib": "trainwire_worker.backends.rl:RLBackend",
-    "sklearn": "trainwire_worker.backends.sklearn:SklearnBackend",
-}
-
-
 def known_frameworks() -> list[str]:
-    return sorted(_REGISTRY)
+    return frameworks.names()
 
 
 def get_backend(name: str, *, check_installed: bool = False) -> Backend:
-    """The backend registered under ``name``.
+    """The backend of the framework registered as ``name`` (``trainwire.frameworks``).
 
     Raises:
         InvalidArgumentError: Unknown framework (field ``framework``).
         FrameworkNotInstalledError: ``check_installed`` and its package is missing.
     """
-    if name not in _REGISTRY:
-        raise InvalidArgumentError(
-            f"unknown framework {name!r}; known: {', '.join(known_frameworks())}", field="framework"
-        )
-    module, _, cls = _REGISTRY[name].partition(":")
-    backend: Backend = getattr(importlib.import_module(module), cls)()
+    backend: Backend = frameworks.get_framework(name).backend_class()()
     if check_installed:
         require_installed(backend.module, backend.name, backend.package, backend.install)
     return backend

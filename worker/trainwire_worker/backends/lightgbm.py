@@ -11,6 +11,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from trainwire import train
+from trainwire.lightgbm.framework import FRAMEWORK
 from trainwire.structs import struct_to_dict
 from trainwire.v1 import coordinator_pb2
 from trainwire_worker.backends.base import write_model_metadata
@@ -20,7 +21,7 @@ if TYPE_CHECKING:
     from trainwire_worker.actor import TrainWorker
     from trainwire_worker.backends.base import WorkerGroup
 
-MODEL_FILENAME = "model.txt"
+MODEL_FILENAME = FRAMEWORK.model_file
 
 
 def _set_network(worker: TrainWorker, network: dict[str, Any]) -> None:

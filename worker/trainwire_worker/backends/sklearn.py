@@ -14,6 +14,7 @@ from trainwire import train
 from trainwire.checkpoint import Checkpoint
 from trainwire.dataset_schema import DatasetSchema
 from trainwire.errors import InvalidArgumentError
+from trainwire.sklearn.framework import FRAMEWORK
 from trainwire.structs import struct_to_dict
 from trainwire.v1 import coordinator_pb2
 from trainwire_worker.backends.base import (
@@ -25,7 +26,7 @@ from trainwire_worker.backends.base import (
 if TYPE_CHECKING:
     from trainwire_worker.actor import TrainWorker
 
-MODEL_FILENAME = "model.pkl"
+MODEL_FILENAME = FRAMEWORK.model_file
 
 
 def build_estimator(spec: coordinator_pb2.SklearnSpec) -> Any:

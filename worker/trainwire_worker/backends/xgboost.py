@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from trainwire import train
 from trainwire.structs import struct_to_dict
 from trainwire.v1 import coordinator_pb2
+from trainwire.xgboost.framework import FRAMEWORK
 from trainwire_worker.backends.base import write_model_metadata
 from trainwire_worker.backends.gbdt import GBDTBackend, checkpoint_due, report_round
 
@@ -20,7 +21,7 @@ if TYPE_CHECKING:
     from trainwire_worker.actor import TrainWorker
     from trainwire_worker.backends.base import WorkerGroup
 
-MODEL_FILENAME = "model.ubj"
+MODEL_FILENAME = FRAMEWORK.model_file
 
 
 def _start_tracker(worker: TrainWorker, host_ip: str, world_size: int) -> dict[str, Any]:

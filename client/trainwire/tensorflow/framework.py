@@ -1,0 +1,13 @@
+"""TensorFlow as every trainwire component sees it (see ``trainwire.frameworks``)."""
+
+from trainwire.frameworks import Framework
+
+FRAMEWORK = Framework(
+    name="tensorflow",
+    trainer="trainwire.tensorflow.trainer:TensorflowTrainer",
+    checkpoint="trainwire.tensorflow.trainer:TensorflowCheckpoint",
+    predictor="trainwire.tensorflow.predictor:TensorflowPredictor",
+    backend="trainwire_worker.backends.tensorflow:TensorflowBackend",
+    model_files=("model.keras",),
+    platform="tensorflow",
+)

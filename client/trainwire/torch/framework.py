@@ -1,0 +1,13 @@
+"""Torch as every trainwire component sees it (see ``trainwire.frameworks``)."""
+
+from trainwire.frameworks import Framework
+
+FRAMEWORK = Framework(
+    name="torch",
+    trainer="trainwire.torch.trainer:TorchTrainer",
+    checkpoint="trainwire.torch.checkpoint:TorchCheckpoint",
+    predictor="trainwire.torch.predictor:TorchPredictor",
+    backend="trainwire_worker.backends.torch:TorchBackend",
+    model_files=("model.pt",),
+    platform="pytorch",
+)
