@@ -24,9 +24,10 @@ from collections.abc import Iterator
 from typing import Any
 
 try:
+    import torch
     import transformers
     import transformers.trainer
-    from torch.utils.data import DataLoader, IterableDataset
+    from torch.utils.data import DataLoader, Dataset, IterableDataset, RandomSampler, SequentialSampler
 except ImportError as e:  # pragma: no cover - depends on the environment
     raise ImportError(
         "trainwire.huggingface.transformers needs `transformers` and `accelerate` (pip install transformers accelerate)"
@@ -34,12 +35,16 @@ except ImportError as e:  # pragma: no cover - depends on the environment
 
 from trainwire import train
 from trainwire.checkpoint import Checkpoint
+from trainwire.huggingface.checkpoint import MODEL_DIR
 
-__all__ = ["RayTrainReportCallback", "TrainReportCallback", "prepare_trainer"]
+__all__ = ["RayTrainReportCallback", "ShardRows", "TrainReportCallback", "prepare_trainer"]
 
 
 class RayTrainReportCallback(transformers.TrainerCallback):
     """Reports the Trainer's latest logs and checkpoint after every save, as Ray's callback does.
+
+    With ``report_evaluations`` (what ``HuggingFaceTrainer`` uses), an evaluation
+    that no save follows at the same step is reported too, without a checkpoint.
 
     On each ``on_save`` (called on every rank, so every rank reports equally often)
     the entries of ``state.log_history`` are merged into one metrics dict and the
@@ -53,7 +58,21 @@ class RayTrainReportCallback(transformers.TrainerCallback):
     ``logging_steps``).
     """
 
-    CHECKPOINT_NAME = "checkpoint"
+    CHECKPOINT_NAME = MODEL_DIR
+
+    def __init__(self, report_evaluations: bool = False) -> None:
+        self.report_evaluations = report_evaluations
+
+    def on_evaluate(
+        self,
+        args: transformers.TrainingArguments,
+        state: transformers.TrainerState,
+        control: transformers.TrainerControl,
+        **kwargs: Any,
+    ) -> None:
+        """Reports the merged logs, unless a save at this step will report them with its checkpoint."""
+        if self.report_evaluations and not control.should_save:
+            train.report(_merged(state.log_history))
 
     def on_save(
         self,
@@ -63,9 +82,7 @@ class RayTrainReportCallback(transformers.TrainerCallback):
         **kwargs: Any,
     ) -> None:
         """Reports merged ``log_history`` with the checkpoint just saved."""
-        metrics: dict[str, Any] = {}
-        for log in state.log_history:
-            metrics.update(log)
+        metrics = _merged(state.log_history)
         # Rank 0 writes the weights; without this a rank sharing its output_dir could copy half-written files.
         _barrier()
         source = transformers.trainer.get_last_checkpoint(args.output_dir) if os.path.isdir(args.output_dir) else None
@@ -78,6 +95,41 @@ class RayTrainReportCallback(transformers.TrainerCallback):
 
 
 TrainReportCallback = RayTrainReportCallback
+
+
+def _merged(log_history: list[dict[str, Any]]) -> dict[str, Any]:
+    metrics: dict[str, Any] = {}
+    for log in log_history:
+        metrics.update(log)
+    return metrics
+
+
+class ShardRows(Dataset):
+    """This worker's shard of a dataset as a torch dataset of row dicts (what ``HuggingFaceTrainer`` passes).
+
+    The rows are read into memory once, so the Trainer knows the epoch length
+    and shuffles each epoch; ``prepare_trainer`` keeps the Trainer from splitting
+    the shard again across ranks.
+    """
+
+    def __init__(self, rows: list[dict[str, Any]]) -> None:
+        self.rows = rows
+
+    @classmethod
+    def read(cls, shard: Any) -> ShardRows:
+        """Reads a Ray Data shard (a ``DataIterator``) into rows."""
+        rows: list[dict[str, Any]] = []
+        for batch in shard.iter_batches(batch_format="numpy"):
+            names = list(batch)
+            columns = [batch[n].tolist() for n in names]
+            rows.extend(dict(zip(names, values, strict=True)) for values in zip(*columns, strict=True))
+        return cls(rows)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        return self.rows[index]
 
 
 class _IterableDataset(IterableDataset):
@@ -117,6 +169,8 @@ def prepare_trainer(trainer: transformers.Trainer) -> transformers.Trainer:
         def get_train_dataloader(self) -> DataLoader:
             if _is_batch_iterable(self.train_dataset):
                 return _batch_loader(self.train_dataset)
+            if isinstance(self.train_dataset, ShardRows):
+                return _rows_loader(self, self.train_dataset, "training", self._train_batch_size, shuffle=True)
             return super().get_train_dataloader()
 
         def get_eval_dataloader(self, eval_dataset: Any = None) -> DataLoader:
@@ -129,6 +183,8 @@ def prepare_trainer(trainer: transformers.Trainer) -> transformers.Trainer:
             )
             if _is_batch_iterable(named):
                 return _batch_loader(named)
+            if isinstance(named, ShardRows):
+                return _rows_loader(self, named, "evaluation", self.args.eval_batch_size, shuffle=False)
             return super().get_eval_dataloader(eval_dataset)
 
     TrainwireTransformersTrainer.__name__ = TrainwireTransformersTrainer.__qualname__ = f"Trainwire{base.__name__}"
@@ -161,6 +217,21 @@ def _is_batch_iterable(dataset: Any) -> bool:
 def _batch_loader(batches: Any) -> DataLoader:
     # batch_size=1 with an unwrapping collate: the iterable already yields whole batches.
     return DataLoader(_IterableDataset(batches), batch_size=1, collate_fn=lambda items: items[0])
+
+
+def _rows_loader(
+    trainer: transformers.Trainer, rows: ShardRows, description: str, batch_size: int, shuffle: bool
+) -> DataLoader:
+    # Not through accelerator.prepare, which would give each rank a part of a shard that is already its own.
+    generator = torch.Generator()
+    generator.manual_seed(trainer.args.seed)
+    return DataLoader(
+        rows,
+        batch_size=batch_size,
+        sampler=RandomSampler(rows, generator=generator) if shuffle else SequentialSampler(rows),
+        collate_fn=trainer._get_collator_with_removed_columns(trainer.data_collator, description=description),
+        drop_last=trainer.args.dataloader_drop_last,
+    )
 
 
 def _barrier() -> None:

@@ -1,0 +1,71 @@
+"""``HuggingFaceCheckpoint``: a Transformers model and its tokenizer, as Ray's ``TransformersCheckpoint``.
+
+Layout (what ``RayTrainReportCallback`` reports too)::
+
+    <checkpoint>/
+    └─ checkpoint/    save_pretrained output: config.json, model weights, tokenizer files,
+                      and, when a Trainer saved it, its optimizer and trainer state
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from trainwire.checkpoint import Checkpoint
+from trainwire.huggingface.framework import FRAMEWORK
+
+MODEL_DIR = os.path.dirname(FRAMEWORK.model_file)
+TRAINING_ARGS_NAME = "training_args.bin"
+
+
+def model_dir(directory: str) -> str:
+    """The ``save_pretrained`` folder inside a checkpoint's local directory."""
+    inner = os.path.join(directory, MODEL_DIR)
+    # Checkpoints written with save_pretrained straight into the root load too.
+    return inner if os.path.isdir(inner) else directory
+
+
+class HuggingFaceCheckpoint(Checkpoint):
+    """A checkpoint holding a Transformers model, its tokenizer and (from training) its ``TrainingArguments``."""
+
+    @classmethod
+    def from_model(
+        cls, model: Any, tokenizer: Any = None, *, preprocessor: Any = None, **save_kwargs: Any
+    ) -> HuggingFaceCheckpoint:
+        """Saves ``model`` (and ``tokenizer``) with ``save_pretrained`` into a new local checkpoint."""
+
+        def write(path: str) -> None:
+            target = os.path.join(path, MODEL_DIR)
+            getattr(model, "module", model).save_pretrained(target, **save_kwargs)
+            if tokenizer is not None:
+                tokenizer.save_pretrained(target)
+
+        return cls.from_new_directory(FRAMEWORK.name, write, preprocessor)  # type: ignore[return-value]
+
+    def get_model(self, model: Any = None, **pretrained_model_kwargs: Any) -> Any:
+        """The model, loaded with ``model.from_pretrained`` (a Transformers model class; default ``AutoModel``)."""
+        import transformers
+
+        model_cls = model or transformers.AutoModel
+        with self.as_directory() as d:
+            return model_cls.from_pretrained(model_dir(d), **pretrained_model_kwargs)
+
+    def get_tokenizer(self, tokenizer: Any = None, **kwargs: Any) -> Any:
+        """The tokenizer saved with the model (``tokenizer`` class; default ``AutoTokenizer``)."""
+        import transformers
+
+        tokenizer_cls = tokenizer or transformers.AutoTokenizer
+        with self.as_directory() as d:
+            return tokenizer_cls.from_pretrained(model_dir(d), **kwargs)
+
+    def get_training_arguments(self) -> Any:
+        """The ``TrainingArguments`` the model was trained with, or None when it was saved outside a Trainer."""
+        import torch
+
+        with self.as_directory() as d:
+            path = os.path.join(model_dir(d), TRAINING_ARGS_NAME)
+            if not os.path.exists(path):
+                return None
+            # A pickle the Trainer wrote; checkpoints are verified against their manifest before they load.
+            return torch.load(path, weights_only=False)
