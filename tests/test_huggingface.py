@@ -161,3 +161,14 @@ def test_the_committed_checkpoint_loads_with_from_pretrained(hf_result):
     with torch.no_grad():
         logits = model(**tokenizer(["a great film"], return_tensors="pt")).logits
     assert logits.shape == (1, 2)
+
+
+def test_the_predictor_serves_a_torch_loops_transformers_checkpoint_as_a_pipeline(hf_result, store):
+    from trainwire.huggingface import HuggingFacePredictor
+    from trainwire_predictor.model_repository import detect_framework
+
+    checkpoint_id = hf_result.checkpoint.uri.rstrip("/").rsplit("/", 1)[-1]
+    # The manifest says torch (a TorchTrainer run), but the files are a save_pretrained folder.
+    assert detect_framework(store, store.checkpoint_dir(hf_result.run_id, checkpoint_id)) == "huggingface"
+    out = HuggingFacePredictor.from_checkpoint(hf_result.checkpoint).predict(pd.DataFrame({"text": ["a great film"]}))
+    assert list(out.columns) == ["label", "score"]

