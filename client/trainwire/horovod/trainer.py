@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from trainwire.errors import InvalidArgumentError
+from trainwire.horovod.framework import FRAMEWORK
 from trainwire.torch.checkpoint import TorchCheckpoint
 from trainwire.torch.predictor import TorchPredictor
 from trainwire.trainer import DataParallelTrainer
@@ -67,7 +68,7 @@ class HorovodTrainer(DataParallelTrainer):
             ``preprocessor``, ``metadata``, as every trainer.
     """
 
-    framework = "horovod"
+    framework = FRAMEWORK.name
     checkpoint_cls = HorovodCheckpoint
 
     def __init__(

@@ -10,6 +10,7 @@ import pandas as pd
 
 from trainwire.checkpoint import Checkpoint
 from trainwire.huggingface.checkpoint import model_dir
+from trainwire.huggingface.framework import FRAMEWORK
 from trainwire.predictor import Predictor
 
 TEXT_COLUMN = "text"
@@ -38,7 +39,7 @@ class HuggingFacePredictor(Predictor):
         feature_columns: The text column (several: each row is passed as a dict of them); None: the input's.
     """
 
-    framework = "huggingface"
+    framework = FRAMEWORK.name
     input_datatype = "BYTES"
     takes_frame = True
 

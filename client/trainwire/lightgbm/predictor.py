@@ -8,6 +8,7 @@ import numpy as np
 
 from trainwire.checkpoint import Checkpoint
 from trainwire.gbdt import CompiledTreesMixin
+from trainwire.lightgbm.framework import FRAMEWORK
 from trainwire.predictor import Predictor
 
 
@@ -23,7 +24,7 @@ class LightGBMPredictor(CompiledTreesMixin, Predictor):
     The predictor service also compiles the booster (``use_compiled``): the same outputs within 1e-6, faster.
     """
 
-    framework = "lightgbm"
+    framework = FRAMEWORK.name
 
     def __init__(
         self,

@@ -34,7 +34,7 @@ class LightGBMTrainer(GBDTTrainer):
     ``dmatrix_params`` are passed to ``lightgbm.Dataset``.
     """
 
-    framework = "lightgbm"
+    framework = FRAMEWORK.name
     checkpoint_cls = LightGBMCheckpoint
 
     @staticmethod

@@ -8,6 +8,7 @@ import numpy as np
 
 from trainwire.checkpoint import Checkpoint
 from trainwire.predictor import Predictor
+from trainwire.rllib.framework import FRAMEWORK
 
 
 class RLPredictor(Predictor):
@@ -25,7 +26,7 @@ class RLPredictor(Predictor):
         feature_columns: Observation columns, in order (None: as they come).
     """
 
-    framework = "rllib"
+    framework = FRAMEWORK.name
     input_datatype = "FP32"
     batch_invariant = False
 

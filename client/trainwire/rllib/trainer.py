@@ -8,6 +8,7 @@ from typing import Any
 from trainwire.checkpoint import Checkpoint
 from trainwire.config import ScalingConfig
 from trainwire.errors import InvalidArgumentError
+from trainwire.rllib.framework import FRAMEWORK
 from trainwire.structs import to_struct
 from trainwire.trainer import BaseTrainer
 from trainwire.v1 import coordinator_pb2
@@ -66,7 +67,7 @@ class RLTrainer(BaseTrainer):
         **kwargs: BaseTrainer arguments; ``scaling_config`` defaults to one worker.
     """
 
-    framework = "rllib"
+    framework = FRAMEWORK.name
     checkpoint_cls = RLCheckpoint
 
     def __init__(

@@ -9,6 +9,7 @@ import pandas as pd
 
 from trainwire.checkpoint import Checkpoint
 from trainwire.predictor import Predictor
+from trainwire.sklearn.framework import FRAMEWORK
 
 
 class SklearnPredictor(Predictor):
@@ -20,7 +21,7 @@ class SklearnPredictor(Predictor):
         feature_columns: Input columns (default: the checkpoint's metadata, else ``feature_names_in_``).
     """
 
-    framework = "sklearn"
+    framework = FRAMEWORK.name
     takes_frame = True
 
     def __init__(self, estimator: Any, preprocessor: Any = None, feature_columns: list[str] | None = None) -> None:

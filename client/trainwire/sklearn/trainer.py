@@ -38,7 +38,7 @@ class SklearnTrainer(BaseTrainer):
         parallelize_cv: joblib jobs for CV (default: the worker's CPUs).
     """
 
-    framework = "sklearn"
+    framework = FRAMEWORK.name
     checkpoint_cls = SklearnCheckpoint
 
     def __init__(

@@ -8,6 +8,7 @@ import numpy as np
 
 from trainwire.checkpoint import Checkpoint
 from trainwire.predictor import Predictor
+from trainwire.tensorflow.framework import FRAMEWORK
 
 
 class TensorflowPredictor(Predictor):
@@ -20,7 +21,7 @@ class TensorflowPredictor(Predictor):
         use_gpu: Score on the first GPU.
     """
 
-    framework = "tensorflow"
+    framework = FRAMEWORK.name
     input_datatype = "FP32"
 
     def __init__(

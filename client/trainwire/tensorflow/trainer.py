@@ -54,7 +54,7 @@ class TensorflowConfig:
 class TensorflowTrainer(DataParallelTrainer):
     """Runs ``train_loop_per_worker`` on every worker with ``TF_CONFIG`` set for multi-worker training."""
 
-    framework = "tensorflow"
+    framework = FRAMEWORK.name
     checkpoint_cls = TensorflowCheckpoint
 
     def __init__(

@@ -8,6 +8,7 @@ import numpy as np
 
 from trainwire.checkpoint import Checkpoint
 from trainwire.predictor import Predictor
+from trainwire.torch.framework import FRAMEWORK
 
 
 class TorchPredictor(Predictor):
@@ -20,7 +21,7 @@ class TorchPredictor(Predictor):
         use_gpu: Score on the first GPU.
     """
 
-    framework = "torch"
+    framework = FRAMEWORK.name
     input_datatype = "FP32"
 
     def __init__(

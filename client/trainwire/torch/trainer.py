@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from trainwire.torch.checkpoint import TorchCheckpoint
+from trainwire.torch.framework import FRAMEWORK
 from trainwire.trainer import DataParallelTrainer
 
 
@@ -26,7 +27,7 @@ class TorchConfig:
 class TorchTrainer(DataParallelTrainer):
     """Runs ``train_loop_per_worker`` on every worker inside a torch process group."""
 
-    framework = "torch"
+    framework = FRAMEWORK.name
     checkpoint_cls = TorchCheckpoint
 
     def __init__(

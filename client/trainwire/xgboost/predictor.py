@@ -9,6 +9,7 @@ import numpy as np
 from trainwire.checkpoint import Checkpoint
 from trainwire.gbdt import CompiledTreesMixin
 from trainwire.predictor import Predictor
+from trainwire.xgboost.framework import FRAMEWORK
 
 
 class XGBoostPredictor(CompiledTreesMixin, Predictor):
@@ -24,7 +25,7 @@ class XGBoostPredictor(CompiledTreesMixin, Predictor):
     The predictor service also compiles the booster (``use_compiled``): the same outputs within 1e-6, faster.
     """
 
-    framework = "xgboost"
+    framework = FRAMEWORK.name
     # Each row walks the trees alone.
     batch_invariant = True
 

@@ -38,7 +38,7 @@ class XGBoostCheckpoint(Checkpoint):
 class XGBoostTrainer(GBDTTrainer):
     """Distributed XGBoost across ``scaling_config.num_workers`` workers, as ``ray.train.xgboost``."""
 
-    framework = "xgboost"
+    framework = FRAMEWORK.name
     checkpoint_cls = XGBoostCheckpoint
 
     @staticmethod

@@ -13,6 +13,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from trainwire.errors import FailedPreconditionError, InvalidArgumentError
+from trainwire.horovod.framework import FRAMEWORK
 from trainwire.structs import struct_to_dict
 from trainwire.v1 import coordinator_pb2
 from trainwire_worker.backends.data_parallel import DataParallelBackend
@@ -90,7 +91,7 @@ def _coordinator_address() -> str:
 class HorovodBackend(DataParallelBackend):
     """Starts a rendezvous server per worker group; the user's loop calls ``hvd.init()``."""
 
-    name = "horovod"
+    name = FRAMEWORK.name
     module = "horovod"
     package = "horovod"
     # PyPI's sdist does not build against torch 2.x unpatched.

@@ -95,7 +95,7 @@ def train_lightgbm(worker: TrainWorker, request: coordinator_pb2.FitRequest) -> 
 
 
 class LightGBMBackend(GBDTBackend):
-    name = "lightgbm"
+    name = FRAMEWORK.name
     module = "lightgbm"
     package = "lightgbm"
 

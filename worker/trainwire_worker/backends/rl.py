@@ -24,6 +24,7 @@ from trainwire import train
 from trainwire.checkpoint import METADATA_NAME, Checkpoint
 from trainwire.dataset_schema import DatasetSchema
 from trainwire.errors import InvalidArgumentError
+from trainwire.rllib.framework import FRAMEWORK
 from trainwire.structs import struct_to_dict
 from trainwire.v1 import coordinator_pb2
 from trainwire_worker.backends.base import Backend
@@ -175,7 +176,7 @@ def train_rl(worker: TrainWorker, request: coordinator_pb2.FitRequest) -> None:
 
 
 class RLBackend(Backend):
-    name = "rllib"
+    name = FRAMEWORK.name
     module = "ray.rllib"
     package = "ray[rllib]"
     spec_field = "rl"

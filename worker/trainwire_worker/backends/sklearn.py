@@ -80,7 +80,7 @@ def train_sklearn(worker: TrainWorker, request: coordinator_pb2.FitRequest) -> N
 
 
 class SklearnBackend(Backend):
-    name = "sklearn"
+    name = FRAMEWORK.name
     module = "sklearn"
     package = "scikit-learn"
     spec_field = "sklearn"

@@ -6,6 +6,7 @@ import json
 import os
 from typing import TYPE_CHECKING
 
+from trainwire.tensorflow.framework import FRAMEWORK
 from trainwire.v1 import coordinator_pb2
 from trainwire_worker.backends.data_parallel import DataParallelBackend
 
@@ -34,7 +35,7 @@ def _clear_tf_config(worker: TrainWorker) -> None:
 class TensorflowBackend(DataParallelBackend):
     """Sets ``TF_CONFIG`` so the loop's ``tf.distribute.MultiWorkerMirroredStrategy()`` finds its peers."""
 
-    name = "tensorflow"
+    name = FRAMEWORK.name
     module = "tensorflow"
     # tf-keras requires the "tensorflow" distribution (not tensorflow-cpu, whose files would clash).
     package = "tensorflow tf-keras"

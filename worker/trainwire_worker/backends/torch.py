@@ -7,6 +7,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from trainwire.structs import struct_to_dict
+from trainwire.torch.framework import FRAMEWORK
 from trainwire.v1 import coordinator_pb2
 from trainwire_worker.backends.data_parallel import DataParallelBackend
 
@@ -54,7 +55,7 @@ def _destroy_process_group(worker: TrainWorker) -> None:
 
 
 class TorchBackend(DataParallelBackend):
-    name = "torch"
+    name = FRAMEWORK.name
     module = "torch"
     package = "torch"
 

@@ -104,7 +104,7 @@ def train_xgboost(worker: TrainWorker, request: coordinator_pb2.FitRequest) -> N
 
 
 class XGBoostBackend(GBDTBackend):
-    name = "xgboost"
+    name = FRAMEWORK.name
     module = "xgboost"
     package = "xgboost"
 
