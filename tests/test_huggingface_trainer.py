@@ -245,3 +245,23 @@ def test_a_second_run_resumes_from_the_checkpoint(hf_result, coordinator):
     ).fit()
     # The Trainer's own state came back: it went on from step 4 rather than starting again.
     assert list(resumed.metrics_dataframe["step"]) == [5, 6]
+
+
+@pytest.mark.parametrize(
+    ("name", "datatype", "values", "says"),
+    [
+        ("text", "INT32", np.array([1, 2], dtype=np.int32), "datatype"),
+        ("sentence", "BYTES", np.array([b"a great film"], dtype=np.object_), "sentence"),
+    ],
+)
+def test_a_bad_text_tensor_is_invalid_argument(hf_result, predictor_address, name, datatype, values, says):
+    grpcclient = pytest.importorskip("tritonclient.grpc")
+    from tritonclient.utils import InferenceServerException
+
+    client = grpcclient.InferenceServerClient(predictor_address)
+    tensor = grpcclient.InferInput(name, list(values.shape), datatype)
+    tensor.set_data_from_numpy(values)
+    with pytest.raises(InferenceServerException) as info:
+        client.infer(hf_result.name, [tensor])
+    assert info.value.status() == "StatusCode.INVALID_ARGUMENT"
+    assert says in info.value.message()
