@@ -1,16 +1,29 @@
 """Predictor throughput and latency, side by side with MLServer and a bare gRPC server.
 
-Serves one XGBoost booster (breast cancer, 30 features) three ways on loopback:
+Serves one XGBoost booster (breast cancer, 30 features, 20 trees) on loopback:
 
 - trainwire: ``python -m trainwire_predictor`` on a store holding the booster as a committed checkpoint;
-- MLServer: ``mlserver`` + ``mlserver-xgboost`` serving the same ``model.ubj`` over gRPC (its own
+- trainwire+scaler: the same predictor process serving a second checkpoint, a booster trained on
+  the same rows through a fitted Ray Data ``StandardScaler`` saved with it (the predictor applies
+  it to every request, so callers send raw features);
+- MLServer: ``mlserver`` + ``mlserver-xgboost`` serving the plain ``model.ubj`` over gRPC (its own
   virtualenv, created on first use under ~/.cache/trainwire-bench, as MLServer needs protobuf 6);
 - bare: a grpc.aio server answering ModelInfer with a fixed response (the transport's ceiling).
 
-One load generator (grpc.aio, the same serialized 32-row raw FP64 ModelInferRequest for all) runs
-at concurrency 1, 8 and 32 for a few seconds each and reports requests/s and p50/p99 latency.
+One load generator (grpc.aio in its own process, the same serialized 32-row raw FP64
+ModelInferRequest for all, only the model name differs) runs at concurrency 1, 8 and 32.
+Every cell is measured ``--trials`` times; within a trial the servers take turns in a
+rotating order, so load from elsewhere on the machine falls on all of them alike, and
+each cell reports the median of its trials.
 
-Run: .venv/bin/python bench/predictor_throughput.py [--seconds 3] [--skip-mlserver]
+A last row times the SDK: ``PredictorClient.predict`` on a 32-row DataFrame against the
+prebuilt raw request, one call at a time, the two interleaved call by call.
+
+Targets (issue 8): at concurrency 32 trainwire >= 0.8x the bare ceiling and >= 4x MLServer's
+throughput; at concurrency 1 >= 0.7x the bare ceiling; p99 <= 0.5x MLServer's at every
+concurrency; the scaler model <= 1.2x the plain one's cost; the SDK <= 1.3x the raw request at p50.
+
+Run: .venv/bin/python bench/predictor_throughput.py [--seconds 3] [--trials 3] [--skip-mlserver] [--json out.json]
 """
 
 from __future__ import annotations
@@ -21,52 +34,107 @@ import json
 import os
 import shutil
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 METHOD = "/inference.GRPCInferenceService/ModelInfer"
 ROWS = 32
 CONCURRENCY = (1, 8, 32)
+MODEL = "cancer"
+SCALED_MODEL = "cancer-scaled"
+FEATURES = [f"f{i}" for i in range(30)]
 MLSERVER_VENV = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "trainwire-bench" / "mlserver-venv"
 MLSERVER_PACKAGES = ["mlserver==1.7.1", "mlserver-xgboost==1.7.1"]
+PARAMS = {"objective": "binary:logistic", "max_depth": 4}
+TREES = 20
 
 
 def free_port() -> int:
+    """A TCP port on loopback that nothing listens on right now."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
 
-# --- the model and the request ----------------------------------------------------
-def train_model(workdir: Path) -> tuple[Path, bytes]:
-    """Trains the booster, commits it to a trainwire store, and builds the request bytes."""
-    import numpy as np
-    import xgboost
-    from sklearn.datasets import load_breast_cancer
+# --- the models and the requests --------------------------------------------------
+def _commit(workdir: Path, run: str, booster: Any, preprocessor: Any = None) -> Path:
+    """Commits ``booster`` (and a fitted preprocessor) as checkpoint c1 of run ``run``; returns its model dir."""
+    import cloudpickle
 
+    from trainwire.checkpoint import METADATA_NAME
     from trainwire.config import CheckpointConfig
-    from trainwire.inference import grpc_service_pb2 as pb
     from trainwire.storage import Store
     from trainwire_coordinator.checkpoint_manager import CheckpointManager
 
-    data = load_breast_cancer()
-    x, y = data.data, data.target
-    booster = xgboost.train({"objective": "binary:logistic", "max_depth": 4}, xgboost.DMatrix(x, label=y), 20)
-    model_dir = workdir / "model"
+    model_dir = workdir / f"model-{run}"
     model_dir.mkdir()
     booster.save_model(str(model_dir / "model.ubj"))
+    # What a trainer records: the raw input columns, so callers may send named columns.
+    (model_dir / METADATA_NAME).write_text(json.dumps({"feature_columns": FEATURES}))
     store = Store(str(workdir / "store"))
-    manager = CheckpointManager(store, "bench-run", "cancer", CheckpointConfig())
-    manager.commit("c1", 1, {}, store.upload_dir(model_dir, store.checkpoint_dir("bench-run", "c1")))
+    manager = CheckpointManager(store, f"bench-{run}", run, CheckpointConfig())
+    if preprocessor is not None:
+        manager.preprocessor_bytes = cloudpickle.dumps(preprocessor)
+    manager.commit("c1", 1, {}, store.upload_dir(model_dir, store.checkpoint_dir(f"bench-{run}", "c1")))
+    return model_dir
 
-    rows = np.ascontiguousarray(x[:ROWS], dtype="<f8")
-    request = pb.ModelInferRequest(model_name="cancer")
+
+def request_bytes(model: str, rows: Any) -> bytes:
+    """A serialized ModelInferRequest: ``rows`` as one 2-D raw FP64 tensor."""
+    import numpy as np
+
+    from trainwire.inference import grpc_service_pb2 as pb
+
+    rows = np.ascontiguousarray(rows, dtype="<f8")
+    request = pb.ModelInferRequest(model_name=model)
     request.inputs.add(name="input", datatype="FP64", shape=rows.shape)
     request.raw_input_contents.append(rows.tobytes())
-    return model_dir, request.SerializeToString()
+    return request.SerializeToString()
+
+
+def _cancer() -> tuple[Any, Any]:
+    from sklearn.datasets import load_breast_cancer
+
+    data = load_breast_cancer()
+    return data.data, data.target
+
+
+def train_model(workdir: Path) -> tuple[Path, bytes]:
+    """Trains the plain booster, commits it to a trainwire store as run "cancer"; returns its dir and a request."""
+    import xgboost
+
+    x, y = _cancer()
+    booster = xgboost.train(PARAMS, xgboost.DMatrix(x, label=y), TREES)
+    return _commit(workdir, MODEL, booster), request_bytes(MODEL, x[:ROWS])
+
+
+def train_scaled_model(workdir: Path) -> bytes:
+    """Fits a StandardScaler with Ray Data, trains a booster on its output, commits both as "cancer-scaled".
+
+    Returns the request for it: the same raw rows as the plain model's.
+    """
+    import pandas as pd
+    import ray
+    import ray.data
+    import xgboost
+    from ray.data.preprocessors import StandardScaler
+
+    x, y = _cancer()
+    frame = pd.DataFrame(x, columns=FEATURES)
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+    try:
+        scaler = StandardScaler(columns=FEATURES).fit(ray.data.from_pandas(frame))
+    finally:
+        ray.shutdown()
+    scaled = scaler.transform_batch(frame.copy())[FEATURES].to_numpy()
+    booster = xgboost.train(PARAMS, xgboost.DMatrix(scaled, label=y), TREES)
+    _commit(workdir, SCALED_MODEL, booster, scaler)
+    return request_bytes(SCALED_MODEL, x[:ROWS])
 
 
 # --- servers --------------------------------------------------------------------
@@ -77,7 +145,7 @@ def bare_server(port: int) -> None:
 
     from trainwire.inference import grpc_service_pb2 as pb
 
-    response = pb.ModelInferResponse(model_name="cancer", model_version="c1")
+    response = pb.ModelInferResponse(model_name=MODEL, model_version="c1")
     response.outputs.add(name="predictions", datatype="FP32", shape=[ROWS])
     response.raw_output_contents.append(np.zeros(ROWS, dtype="<f4").tobytes())
     payload = response.SerializeToString()
@@ -100,7 +168,7 @@ def bare_server(port: int) -> None:
 
 
 def ensure_mlserver() -> Path:
-    """MLServer's own virtualenv (it pins protobuf 6, trainwire uses 7)."""
+    """MLServer's own virtualenv (it pins protobuf 6, trainwire uses 7); returns its ``mlserver``."""
     mlserver = MLSERVER_VENV / "bin" / "mlserver"
     marker = MLSERVER_VENV / "installed.txt"  # written only after a complete install
     if marker.exists() and marker.read_text() == " ".join(MLSERVER_PACKAGES):
@@ -115,9 +183,10 @@ def ensure_mlserver() -> Path:
 
 
 def mlserver_dir(workdir: Path, model_dir: Path, grpc_port: int) -> Path:
+    """MLServer's settings and model folder for the plain booster."""
     root = workdir / "mlserver"
-    (root / "cancer").mkdir(parents=True)
-    shutil.copy(model_dir / "model.ubj", root / "cancer" / "model.ubj")
+    (root / MODEL).mkdir(parents=True)
+    shutil.copy(model_dir / "model.ubj", root / MODEL / "model.ubj")
     settings = {
         "grpc_port": grpc_port,
         "http_port": free_port(),
@@ -128,13 +197,13 @@ def mlserver_dir(workdir: Path, model_dir: Path, grpc_port: int) -> Path:
         "host": "127.0.0.1",
     }
     (root / "settings.json").write_text(json.dumps(settings))
-    model = {"name": "cancer", "implementation": "mlserver_xgboost.XGBoostModel", "parameters": {"uri": "./model.ubj"}}
-    (root / "cancer" / "model-settings.json").write_text(json.dumps(model))
+    model = {"name": MODEL, "implementation": "mlserver_xgboost.XGBoostModel", "parameters": {"uri": "./model.ubj"}}
+    (root / MODEL / "model-settings.json").write_text(json.dumps(model))
     return root
 
 
 def wait_ready(port: int, request: bytes, timeout_s: float = 180.0) -> None:
-    """Waits until ModelInfer answers."""
+    """Waits until ModelInfer answers ``request``."""
     import grpc
 
     deadline = time.monotonic() + timeout_s
@@ -189,32 +258,143 @@ def load(port: int, concurrency: int, seconds: float, warmup_s: float, request: 
 
 
 def load_in_subprocess(port: int, concurrency: int, seconds: float, warmup_s: float, request_file: Path) -> dict:
-    # A separate process, so the load generator never shares a GIL with a server under test.
-    out = subprocess.run(
-        [
-            sys.executable,
-            __file__,
-            "--load",
-            str(port),
-            str(concurrency),
-            str(seconds),
-            str(warmup_s),
-            str(request_file),
-        ],
-        check=True,
-        capture_output=True,
-        text=True,
-    )
+    """``load`` in a fresh process (so the load generator never shares a GIL with a server under test)."""
+    argv = ["--load", str(port), str(concurrency), str(seconds), str(warmup_s), str(request_file)]
+    out = subprocess.run([sys.executable, __file__, *argv], check=True, capture_output=True, text=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def sdk_load(port: int, seconds: float, warmup_s: float, request: bytes) -> dict[str, dict[str, float]]:
+    """``PredictorClient.predict`` on a DataFrame against the prebuilt raw request, one call at a time.
+
+    The two alternate call by call (which goes first flips every round), so drift on a
+    busy machine falls on both alike. Returns mean/p50/p99 (ms) and calls/s of each path.
+    """
+    import grpc
+    import numpy as np
+    import pandas as pd
+
+    from trainwire.inference import grpc_service_pb2 as pb
+    from trainwire.predictor_client import PredictorClient, decode_response
+
+    parsed = pb.ModelInferRequest.FromString(request)
+    rows = np.frombuffer(parsed.raw_input_contents[0], dtype="<f8").reshape(tuple(parsed.inputs[0].shape))
+    frame = pd.DataFrame(rows.copy(), columns=FEATURES)
+    address = f"127.0.0.1:{port}"
+    channel = grpc.insecure_channel(address)
+    raw_call = channel.unary_unary(METHOD)
+    client = PredictorClient(address, timeout_s=10)
+    paths = {"raw": lambda: raw_call(request, timeout=10), "sdk": lambda: client.predict(parsed.model_name, frame)}
+    expected = decode_response(pb.ModelInferResponse.FromString(paths["raw"]()))
+    np.testing.assert_array_equal(paths["sdk"]()["predictions"].to_numpy(), expected["predictions"].to_numpy())
+
+    times: dict[str, list[float]] = {name: [] for name in paths}
+    order = list(paths.items())
+    start = time.perf_counter()
+    measure_from, stop_at = start + warmup_s, start + warmup_s + 2 * seconds
+    i = 0
+    while (now := time.perf_counter()) < stop_at:
+        for name, call in order if i % 2 == 0 else order[::-1]:
+            began = time.perf_counter()
+            call()
+            if now >= measure_from:
+                times[name].append(time.perf_counter() - began)
+        i += 1
+    client.close()
+    channel.close()
+    out = {}
+    for name, values in times.items():
+        arr = np.asarray(values) * 1000
+        out[name] = {
+            "mean_ms": float(arr.mean()),
+            "p50_ms": float(np.percentile(arr, 50)),
+            "p99_ms": float(np.percentile(arr, 99)),
+            "calls_per_s": 1000 / float(arr.mean()),
+            "calls": len(arr),
+        }
+    return out
+
+
+def sdk_load_in_subprocess(port: int, seconds: float, warmup_s: float, request_file: Path) -> dict:
+    """``sdk_load`` in a fresh process."""
+    argv = ["--sdk-load", str(port), str(seconds), str(warmup_s), str(request_file)]
+    out = subprocess.run([sys.executable, __file__, *argv], check=True, capture_output=True, text=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+# --- the report ------------------------------------------------------------------
+def median_cell(trials: list[dict[str, float]]) -> dict[str, float]:
+    """The median of each figure over a cell's trials (errors: their sum)."""
+    cell = {key: statistics.median(t[key] for t in trials) for key in ("rps", "p50_ms", "p99_ms")}
+    cell["errors"] = sum(t["errors"] for t in trials)
+    return cell
+
+
+def targets(cells: dict[tuple[str, int], dict[str, float]], sdk: dict | None) -> list[dict[str, Any]]:
+    """Each of issue 8's targets: what it compares, the measured ratio, the bound and whether it holds."""
+    rows: list[dict[str, Any]] = []
+
+    def add(label: str, value: float, bound: float, at_least: bool) -> None:
+        met = value >= bound if at_least else value <= bound
+        rows.append({"target": label, "value": value, "bound": f"{'>=' if at_least else '<='} {bound:.2f}", "met": met})
+
+    tw = {c: cells[("trainwire", c)] for c in CONCURRENCY}
+    bare = {c: cells[("bare", c)] for c in CONCURRENCY}
+    add("c=32 throughput, trainwire / bare", tw[32]["rps"] / bare[32]["rps"], 0.8, True)
+    add("c=1  throughput, trainwire / bare", tw[1]["rps"] / bare[1]["rps"], 0.7, True)
+    if ("mlserver", 32) in cells:
+        ml = {c: cells[("mlserver", c)] for c in CONCURRENCY}
+        add("c=32 throughput, trainwire / MLServer", tw[32]["rps"] / ml[32]["rps"], 4.0, True)
+        for c in CONCURRENCY:
+            add(f"c={c:<2} p99, trainwire / MLServer", tw[c]["p99_ms"] / ml[c]["p99_ms"], 0.5, False)
+    for c in CONCURRENCY:
+        scaled = cells[("trainwire+scaler", c)]
+        # Cost per request: the inverse of throughput, so the same 1.2x bound reads both ways.
+        add(f"c={c:<2} cost, scaler / plain (req/s inverse)", tw[c]["rps"] / scaled["rps"], 1.2, False)
+        add(f"c={c:<2} p50, scaler / plain", scaled["p50_ms"] / tw[c]["p50_ms"], 1.2, False)
+    if sdk is not None:
+        add("c=1  p50, PredictorClient / raw request", sdk["sdk"]["p50_ms"] / sdk["raw"]["p50_ms"], 1.3, False)
+    return rows
+
+
+def report(args: argparse.Namespace, cells: dict[tuple[str, int], dict[str, float]], sdk: dict | None) -> list[dict]:
+    """Prints the figures and the targets; returns the targets' rows."""
+    print(
+        f"\nXGBoost (breast cancer, {TREES} trees), {ROWS}-row raw FP64 requests, loopback, "
+        f"{args.seconds:g} s/cell, median of {args.trials} interleaved trials"
+    )
+    print(f"{'server':<17} {'conc':>4} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'errors':>6}")
+    for conc in CONCURRENCY:
+        for (name, c), r in cells.items():
+            if c == conc:
+                print(f"{name:<17} {c:>4} {r['rps']:>9.0f} {r['p50_ms']:>8.2f} {r['p99_ms']:>8.2f} {r['errors']:>6}")
+    if sdk is not None:
+        print(f"\nSDK, concurrency 1, {ROWS}-row DataFrame ({FEATURES[0]}..{FEATURES[-1]}) vs the prebuilt raw request")
+        print(f"{'path':<36} {'calls/s':>8} {'mean ms':>8} {'p50 ms':>8} {'p99 ms':>8}")
+        labels = {"raw": "raw request (prebuilt bytes)", "sdk": "PredictorClient.predict(DataFrame)"}
+        for name, r in sdk.items():
+            figures = f"{r['calls_per_s']:>8.0f} {r['mean_ms']:>8.3f} {r['p50_ms']:>8.3f} {r['p99_ms']:>8.3f}"
+            print(f"{labels[name]:<36} {figures}")
+    rows = targets(cells, sdk)
+    print("\ntargets (issue 8)")
+    print(f"{'':<44} {'ratio':>6} {'target':>8}")
+    for row in rows:
+        print(f"{row['target']:<44} {row['value']:>6.2f} {row['bound']:>8}  {'met' if row['met'] else 'MISSED'}")
+    print(f"{sum(r['met'] for r in rows)} of {len(rows)} targets met")
+    return rows
+
+
 def main() -> None:
+    """Starts the servers, runs the interleaved trials and prints the tables."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--seconds", type=float, default=3.0, help="measured seconds per cell")
+    parser.add_argument("--seconds", type=float, default=3.0, help="measured seconds per cell and trial")
     parser.add_argument("--warmup-s", type=float, default=1.0)
+    parser.add_argument("--trials", type=int, default=3, help="rounds over every cell (median reported)")
     parser.add_argument("--skip-mlserver", action="store_true")
+    parser.add_argument("--json", type=Path, help="also write the figures here")
     parser.add_argument("--bare-server", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--load", nargs=5, help=argparse.SUPPRESS)
+    parser.add_argument("--sdk-load", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.bare_server:
         bare_server(args.bare_server)
@@ -224,24 +404,32 @@ def main() -> None:
         result = load(int(port), int(conc), float(secs), float(warm), Path(request_file).read_bytes())
         print(json.dumps(result))
         return
+    if args.sdk_load:
+        port, secs, warm, request_file = args.sdk_load
+        print(json.dumps(sdk_load(int(port), float(secs), float(warm), Path(request_file).read_bytes())))
+        return
 
     workdir = Path(tempfile.mkdtemp(prefix="trainwire-bench-"))
     procs: list[subprocess.Popen] = []
     try:
         model_dir, request = train_model(workdir)
-        request_file = workdir / "request.bin"
-        request_file.write_bytes(request)
-        servers: dict[str, int] = {}
+        requests = {MODEL: workdir / "request.bin", SCALED_MODEL: workdir / "request-scaled.bin"}
+        requests[MODEL].write_bytes(request)
+        requests[SCALED_MODEL].write_bytes(train_scaled_model(workdir))
+        # name -> (port, request file)
+        servers: dict[str, tuple[int, Path]] = {}
 
         port = free_port()
+        log = open(workdir / "trainwire.log", "w")  # noqa: SIM115 - lives as long as the server
         procs.append(
             subprocess.Popen(
                 [sys.executable, "-m", "trainwire_predictor", "--port", str(port), "--store", str(workdir / "store")],
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
             )
         )
-        servers["trainwire"] = port
+        servers["trainwire"] = (port, requests[MODEL])
+        servers["trainwire+scaler"] = (port, requests[SCALED_MODEL])
         if not args.skip_mlserver:
             port = free_port()
             mlserver = ensure_mlserver()
@@ -251,33 +439,42 @@ def main() -> None:
                     [str(mlserver), "start", str(mlserver_dir(workdir, model_dir, port))], stdout=log, stderr=log
                 )
             )
-            servers["mlserver"] = port
+            servers["mlserver"] = (port, requests[MODEL])
         port = free_port()
         procs.append(
             subprocess.Popen([sys.executable, __file__, "--bare-server", str(port)], stdout=subprocess.DEVNULL)
         )
-        servers["bare"] = port
-        for port in servers.values():
-            wait_ready(port, request)
+        servers["bare"] = (port, requests[MODEL])
+        for port, request_file in servers.values():
+            wait_ready(port, request_file.read_bytes())  # the first call also loads (and compiles) the model
 
-        results: dict[tuple[str, int], dict] = {}
-        for conc in CONCURRENCY:
-            for name, port in servers.items():
-                results[(name, conc)] = load_in_subprocess(port, conc, args.seconds, args.warmup_s, request_file)
-
-        print(f"\nXGBoost (breast cancer, 20 trees), {ROWS}-row raw FP64 requests, loopback, {args.seconds:.0f} s/cell")
-        print(f"{'server':<10} {'conc':>4} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'errors':>6}")
-        for (name, conc), r in results.items():
-            print(f"{name:<10} {conc:>4} {r['rps']:>9.0f} {r['p50_ms']:>8.2f} {r['p99_ms']:>8.2f} {r['errors']:>6}")
-        print("\nratios (trainwire / peer)")
-        for conc in CONCURRENCY:
-            tw = results[("trainwire", conc)]
-            parts = [f"conc {conc:>2}: {tw['rps'] / results[('bare', conc)]['rps']:.2f}x of bare throughput"]
-            if ("mlserver", conc) in results:
-                ml = results[("mlserver", conc)]
-                parts.append(f"{tw['rps'] / ml['rps']:.2f}x MLServer throughput")
-                parts.append(f"p99 {tw['p99_ms'] / ml['p99_ms']:.2f}x MLServer's")
-            print("  " + ", ".join(parts))
+        trials: dict[tuple[str, int], list[dict]] = {(name, c): [] for c in CONCURRENCY for name in servers}
+        names = list(servers)
+        for trial in range(args.trials):
+            for conc in CONCURRENCY:
+                for name in names[trial % len(names) :] + names[: trial % len(names)]:
+                    port, request_file = servers[name]
+                    result = load_in_subprocess(port, conc, args.seconds, args.warmup_s, request_file)
+                    trials[(name, conc)].append(result)
+                    print(
+                        f"trial {trial + 1} {name:<17} c={conc:<2} {result['rps']:>7.0f} req/s  "
+                        f"p50 {result['p50_ms']:6.2f} ms  p99 {result['p99_ms']:6.2f} ms",
+                        flush=True,
+                    )
+        sdk = sdk_load_in_subprocess(
+            servers["trainwire"][0], args.seconds * args.trials, args.warmup_s, requests[MODEL]
+        )
+        cells = {key: median_cell(values) for key, values in trials.items()}
+        rows = report(args, cells, sdk)
+        if args.json:
+            figures = {
+                "seconds_per_cell": args.seconds,
+                "trials": args.trials,
+                "cells": [{"server": n, "concurrency": c, **cells[(n, c)], "trials": trials[(n, c)]} for n, c in cells],
+                "sdk": sdk,
+                "targets": rows,
+            }
+            args.json.write_text(json.dumps(figures, indent=2))
     finally:
         for proc in procs:
             proc.terminate()
