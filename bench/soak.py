@@ -54,21 +54,26 @@ def main() -> None:
         request_file = workdir / "request.bin"
         request_file.write_bytes(request)
         port = free_port()
+        log = open(workdir / "predictor.log", "w")  # noqa: SIM115 - lives as long as the server
         server = subprocess.Popen(
             [sys.executable, "-m", "trainwire_predictor", "--port", str(port), "--store", str(workdir / "store")],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
             start_new_session=True,  # its own process group, stopped by id below
         )
         wait_ready(port, request)
 
         seconds = args.minutes * 60
         result: dict = {}
-        load = threading.Thread(
-            target=lambda: result.update(
-                load_in_subprocess(port, args.concurrency, seconds, args.warmup_s, request_file)
-            )
-        )
+        failure: list[BaseException] = []
+
+        def drive() -> None:
+            try:
+                result.update(load_in_subprocess(port, args.concurrency, seconds, args.warmup_s, request_file))
+            except BaseException as exc:  # noqa: BLE001 - reported by the main thread
+                failure.append(exc)
+
+        load = threading.Thread(target=drive)
         started = time.monotonic()
         load.start()
         time.sleep(args.warmup_s)
@@ -77,7 +82,10 @@ def main() -> None:
             samples.append((time.monotonic() - started, rss_bytes(server.pid)))
             load.join(args.sample_s)
         if server.poll() is not None:
-            raise RuntimeError(f"the predictor exited with {server.returncode} during the soak")
+            tail = (workdir / "predictor.log").read_text()[-2000:]
+            raise RuntimeError(f"the predictor exited with {server.returncode} during the soak:\n{tail}")
+        if failure:
+            raise RuntimeError("the load generator failed") from failure[0]
 
         base, peak, end = samples[0][1], max(s[1] for s in samples), samples[-1][1]
         figures = {
