@@ -15,7 +15,8 @@ Every BatchPredictor trial is also split, from Ray Data's own per-task stats, in
 wait before the first scoring task starts (actor processes, imports, checkpoint load,
 scheduling), the span in which the tasks score, and what the tasks spend on
 building pandas batches, in ``_ScoringActor`` (predict) and on building output blocks.
-The scoring span alone gives the pool's steady rows/s.
+The scoring span alone gives the pool's steady rows/s. Last, 2 bare actors doing what a
+scoring worker does at start split that first wait into process start, imports and model load.
 
 The script starts its own local Ray (``address="local"``, ``--num-cpus`` CPUs, default 2)
 and shuts it down at the end.
@@ -87,6 +88,48 @@ def breakdown(scored: Any, started: float, finished: float) -> dict[str, float]:
     }
 
 
+def start_probe(checkpoint: Any, workers: int = WORKERS) -> dict[str, float]:
+    """What starting one scoring worker costs, measured in ``workers`` fresh actors started together.
+
+    Splits the wait before a pool's first task into: the actor's process being up (driver's
+    request to the actor's constructor), the imports a scoring worker needs (Ray Data's
+    worker side, pandas, trainwire, XGBoost) and ``XGBoostPredictor.from_checkpoint``.
+    Medians over the actors, in seconds.
+    """
+    import ray
+
+    class Probe:
+        def __init__(self) -> None:
+            self.born = time.perf_counter()
+
+        def start(self) -> tuple[float, float, float]:
+            began = time.perf_counter()
+            import ray.data._internal.execution.operators.actor_pool_map_operator  # noqa: F401
+            import ray.data.preprocessors  # noqa: F401
+            import xgboost  # noqa: F401 - trainwire imports it on the first load
+
+            from trainwire.batch_predictor import BatchPredictor  # noqa: F401
+            from trainwire.xgboost import XGBoostPredictor
+
+            imported = time.perf_counter()
+            XGBoostPredictor.from_checkpoint(checkpoint)
+            return self.born, imported - began, time.perf_counter() - imported
+
+    actor_cls = ray.remote(num_cpus=1)(Probe)
+    requested = time.perf_counter()
+    actors = [actor_cls.remote() for _ in range(workers)]
+    results = ray.get([a.start.remote() for a in actors])
+    ready = time.perf_counter()
+    for actor in actors:
+        ray.kill(actor)
+    return {
+        "process_up_s": statistics.median(born - requested for born, _, _ in results),
+        "imports_s": statistics.median(r[1] for r in results),
+        "model_load_s": statistics.median(r[2] for r in results),
+        "all_ready_s": ready - requested,
+    }
+
+
 def main() -> None:
     """Runs the interleaved trials and prints rows/s, the ratio and the profile."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -142,6 +185,7 @@ def main() -> None:
                 )
             # Same rows, same scores (Ray Data may reorder blocks, so compare sorted).
             np.testing.assert_allclose(outputs["batch_predictor"], np.sort(outputs["in_process"]), rtol=0, atol=1e-6)
+        startup = start_probe(checkpoint)
     finally:
         ray.shutdown()
         shutil.rmtree(checkpoint.path, ignore_errors=True)
@@ -169,6 +213,11 @@ def main() -> None:
             f"  steady rows/s of the pool (scoring span only): {steady:,.0f}, "
             f"{steady / (args.rows / local_s):.2f}x in process"
         )
+        print(f"starting {WORKERS} bare actors that do what a scoring worker does (median per actor)")
+        print(f"  {'process up (request to constructor)':<56} {startup['process_up_s']:6.2f} s")
+        print(f"  {'imports (Ray Data worker side, trainwire, XGBoost)':<56} {startup['imports_s']:6.2f} s")
+        print(f"  {'XGBoostPredictor.from_checkpoint':<56} {startup['model_load_s']:6.2f} s")
+        print(f"  {'both ready':<56} {startup['all_ready_s']:6.2f} s")
     if args.json:
         args.json.write_text(
             json.dumps(
@@ -182,6 +231,7 @@ def main() -> None:
                     "ratio": ratio,
                     "target_met": ratio >= TARGET,
                     "profile": profile,
+                    "startup": startup,
                     "profiles": profiles,
                 },
                 indent=2,
