@@ -19,6 +19,7 @@ Run: .venv/bin/python bench/predictor_client.py [--calls 3000]
 from __future__ import annotations
 
 import argparse
+import shutil
 import socket
 import subprocess
 import sys
@@ -133,6 +134,7 @@ def main() -> None:
     finally:
         proc.terminate()
         proc.wait(10)
+        shutil.rmtree(workdir, ignore_errors=True)
 
     floor_mean = float(np.mean(times["raw"])) * 1e3
     floor_p50 = float(np.median(times["raw"])) * 1e3
