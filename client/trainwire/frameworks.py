@@ -45,8 +45,9 @@ class Framework:
         checkpoint: The framework's ``Checkpoint`` class.
         predictor: The framework's ``Predictor`` class.
         backend: The worker backend class (in ``trainwire_worker``).
-        model_files: Files (relative to the checkpoint) holding the model; the first is the main one.
         platform: The platform ``ModelMetadata`` reports (KServe's model format names where they exist).
+        model_file: The file (relative to the checkpoint) holding the model; "" for checkpoints
+            that are folders of their own (RLlib's), which only their manifest names.
         serving_kwargs: ``predictor.from_checkpoint`` options the predictor service uses.
         compiles_trees: The predictor may compile the main model file with Treelite.
     """
@@ -56,15 +57,10 @@ class Framework:
     checkpoint: str
     predictor: str
     backend: str
-    model_files: tuple[str, ...] = ()
-    platform: str = ""
+    platform: str
+    model_file: str = ""
     serving_kwargs: Mapping[str, Any] = field(default_factory=dict)
     compiles_trees: bool = False
-
-    @property
-    def model_file(self) -> str:
-        """The main model file ("" for frameworks whose checkpoints are folders of their own)."""
-        return self.model_files[0] if self.model_files else ""
 
     def trainer_class(self) -> type:
         return load_object(self.trainer)

@@ -87,9 +87,8 @@ class LoadedModel:
 
     @property
     def platform(self) -> str:
-        """What ModelMetadata reports: the framework's declared platform, else its name."""
-        declared = frameworks.frameworks().get(self.framework)
-        return declared.platform if declared is not None and declared.platform else self.framework
+        """What ModelMetadata reports: the framework's declared platform."""
+        return frameworks.get_framework(self.framework).platform
 
 
 def detect_framework(store: Store, directory: str) -> str:

@@ -11,6 +11,6 @@ FRAMEWORK = Framework(
     checkpoint="trainwire.horovod.trainer:HorovodCheckpoint",
     predictor="trainwire.horovod.trainer:HorovodPredictor",
     backend="trainwire_worker.backends.horovod:HorovodBackend",
-    model_files=("model.pt",),
+    model_file="model.pt",
     platform="pytorch",
 )

@@ -11,6 +11,6 @@ FRAMEWORK = Framework(
     checkpoint="trainwire.huggingface.checkpoint:HuggingFaceCheckpoint",
     predictor="trainwire.huggingface.predictor:HuggingFacePredictor",
     backend="trainwire_worker.backends.huggingface:HuggingFaceBackend",
-    model_files=("checkpoint/config.json",),
+    model_file="checkpoint/config.json",
     platform="huggingface",
 )

@@ -88,9 +88,6 @@ class HuggingFacePredictor(Predictor):
             return pd.DataFrame(out)
         return pd.DataFrame({"predictions": out})
 
-    def _predict_numpy(self, data: Any, **kwargs: Any) -> pd.DataFrame:
-        return self._predict_pandas(pd.DataFrame(data), **kwargs)
-
 
 def _text(value: Any) -> Any:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else value

@@ -19,7 +19,8 @@ def huggingface_train_loop(config: dict[str, Any]) -> None:
     """Builds the user's Trainer on this worker's shards and trains it, resuming from the run's checkpoint."""
     init = cloudpickle.loads(config["trainer_init_per_worker"])
     train_rows = ShardRows.read(train.get_dataset_shard(TRAIN_DATASET))
-    eval_rows = ShardRows.read(train.get_dataset_shard(EVAL_DATASET)) if _has_dataset(EVAL_DATASET) else None
+    eval_shard = _shard_or_none(EVAL_DATASET)
+    eval_rows = ShardRows.read(eval_shard) if eval_shard is not None else None
     trainer = init(train_rows, eval_rows, **config.get("trainer_init_config", {}))
     if not isinstance(trainer, transformers.Trainer):
         raise TypeError(f"trainer_init_per_worker must return a transformers.Trainer, got {type(trainer).__name__}")
@@ -30,9 +31,8 @@ def huggingface_train_loop(config: dict[str, Any]) -> None:
         trainer.train(resume_from_checkpoint=model_dir(directory) if directory else None)
 
 
-def _has_dataset(name: str) -> bool:
+def _shard_or_none(name: str) -> Any:
     try:
-        train.get_dataset_shard(name)
+        return train.get_dataset_shard(name)
     except InvalidArgumentError:  # not passed to the trainer: no evaluation set
-        return False
-    return True
+        return None

@@ -8,7 +8,7 @@ FRAMEWORK = Framework(
     checkpoint="trainwire.lightgbm.trainer:LightGBMCheckpoint",
     predictor="trainwire.lightgbm.predictor:LightGBMPredictor",
     backend="trainwire_worker.backends.lightgbm:LightGBMBackend",
-    model_files=("model.txt",),
+    model_file="model.txt",
     platform="lightgbm",
     # Many small batches at once: one thread each (results are the same).
     serving_kwargs={"num_threads": 1},

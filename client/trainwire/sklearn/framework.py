@@ -8,6 +8,6 @@ FRAMEWORK = Framework(
     checkpoint="trainwire.sklearn.trainer:SklearnCheckpoint",
     predictor="trainwire.sklearn.predictor:SklearnPredictor",
     backend="trainwire_worker.backends.sklearn:SklearnBackend",
-    model_files=("model.pkl",),
+    model_file="model.pkl",
     platform="sklearn",
 )

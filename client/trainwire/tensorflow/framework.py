@@ -8,6 +8,6 @@ FRAMEWORK = Framework(
     checkpoint="trainwire.tensorflow.trainer:TensorflowCheckpoint",
     predictor="trainwire.tensorflow.predictor:TensorflowPredictor",
     backend="trainwire_worker.backends.tensorflow:TensorflowBackend",
-    model_files=("model.keras",),
+    model_file="model.keras",
     platform="tensorflow",
 )

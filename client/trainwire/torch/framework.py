@@ -8,6 +8,6 @@ FRAMEWORK = Framework(
     checkpoint="trainwire.torch.checkpoint:TorchCheckpoint",
     predictor="trainwire.torch.predictor:TorchPredictor",
     backend="trainwire_worker.backends.torch:TorchBackend",
-    model_files=("model.pt",),
+    model_file="model.pt",
     platform="pytorch",
 )

@@ -8,7 +8,7 @@ FRAMEWORK = Framework(
     checkpoint="trainwire.xgboost.trainer:XGBoostCheckpoint",
     predictor="trainwire.xgboost.predictor:XGBoostPredictor",
     backend="trainwire_worker.backends.xgboost:XGBoostBackend",
-    model_files=("model.ubj",),
+    model_file="model.ubj",
     platform="xgboost",
     # Many small batches at once: one thread each (results are the same).
     serving_kwargs={"nthread": 1},

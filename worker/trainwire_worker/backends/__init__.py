@@ -1,5 +1,5 @@
 """Framework backends, looked up by name; the controller never branches on a framework."""
 
-from trainwire_worker.backends.base import Backend, get_backend, known_frameworks
+from trainwire_worker.backends.base import Backend, get_backend
 
-__all__ = ["Backend", "get_backend", "known_frameworks"]
+__all__ = ["Backend", "get_backend"]

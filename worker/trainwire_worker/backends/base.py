@@ -100,10 +100,6 @@ def write_model_metadata(directory: str, framework: str, feature_columns: list[s
         json.dump(meta, f)
 
 
-def known_frameworks() -> list[str]:
-    return frameworks.names()
-
-
 def get_backend(name: str, *, check_installed: bool = False) -> Backend:
     """The backend of the framework registered as ``name`` (``trainwire.frameworks``).
 

@@ -1,6 +1,6 @@
 """HuggingFace Transformers: the torch process group, with transformers on every worker.
 
-``HuggingFaceTrainer`` runs its loop (``trainwire.huggingface.trainer``) here; the
+``HuggingFaceTrainer`` runs its loop (``trainwire.huggingface.train_loop``) here; the
 backend differs from torch's only in the package it needs and the framework its
 checkpoints name, which is what makes the predictor serve them as pipelines.
 """
