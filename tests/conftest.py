@@ -91,6 +91,8 @@ def coordinator(ray_cluster, tmp_path_factory):
             watch_poll_s=0.2,
             # Idle warm workers hold CPUs that Ray Data jobs in other tests need.
             worker_pool_idle_s=3,
+            # This one-node Ray never gains nodes: refuse what it cannot hold at once.
+            capacity_wait_s=0,
         )
     )
     address = thread.start()

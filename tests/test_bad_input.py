@@ -11,9 +11,10 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from trainwire import ScalingConfig
 from trainwire.client import table_to_ipc
-from trainwire.errors import InvalidArgumentError
+from trainwire.errors import InvalidArgumentError, ResourceExhaustedError
 from trainwire.grpc_status import field_of
-from trainwire.v1 import coordinator_pb2, coordinator_pb2_grpc
+from trainwire.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc
+from trainwire_coordinator.run_manager import wait_until_feasible
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -111,6 +112,29 @@ def test_more_workers_than_the_cluster_can_ever_give(stub, uploaded):
     assert err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
     assert "can never be placed" in err.details() and "64 CPU (cluster has 4)" in err.details()
     assert field_of(err) == "scaling_config.num_workers"
+
+
+def test_a_fit_waits_for_a_joining_node_then_refuses_what_the_cluster_still_cannot_hold():
+    # A node still starting or restarting adds its CPUs a few seconds later.
+    scaling = common_pb2.ScalingConfig(num_workers=2, resources_per_worker={"CPU": 1})
+    views = iter([({}, 1), ({"CPU": 1.0}, 2), ({"CPU": 3.0}, 3)])
+    slept: list[float] = []
+    wait_until_feasible(scaling, lambda: next(views), 30, poll_s=0.5, sleep=slept.append)
+    assert slept == [0.5, 0.5]
+
+    slept.clear()
+    with pytest.raises(ResourceExhaustedError) as info:
+        wait_until_feasible(scaling, lambda: ({"CPU": 1.0}, 1), 2, poll_s=0.5, sleep=slept.append)
+    assert slept == [0.5] * 4
+    assert info.value.field == "scaling_config.num_workers"
+    assert info.value.message.endswith(
+        "2 CPU (cluster has 1); lower scaling_config.num_workers or "
+        "resources_per_worker (after waiting 2 s for nodes to join)"
+    )
+
+    with pytest.raises(ResourceExhaustedError) as info:  # wait_s=0 refuses without a pause
+        wait_until_feasible(scaling, lambda: ({"CPU": 1.0}, 1), 0, sleep=slept.append)
+    assert "waiting" not in info.value.message and len(slept) == 4
 
 
 def _upload_parts(data: bytes, declared_size: int, sha: str):

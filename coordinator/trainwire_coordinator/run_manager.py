@@ -63,7 +63,7 @@ def _record(run: coordinator_pb2.Run, idempotency_key: str = "") -> RunRecord:
 
 
 def check_feasible(scaling: common_pb2.ScalingConfig, total: dict[str, float], num_nodes: int) -> None:
-    """Raises ResourceExhaustedError when the cluster can never hold the run."""
+    """Raises ResourceExhaustedError when the cluster as it is cannot hold the run."""
     bundles = bundles_for(scaling)  # an elastic run needs room for its smallest group only
     if scaling.placement_strategy == "STRICT_SPREAD" and len(bundles) > num_nodes:
         raise ResourceExhaustedError(
@@ -83,6 +83,50 @@ def check_feasible(scaling: common_pb2.ScalingConfig, total: dict[str, float], n
             "lower scaling_config.num_workers or resources_per_worker",
             field="scaling_config.num_workers",
         )
+
+
+def wait_until_feasible(
+    scaling: common_pb2.ScalingConfig,
+    cluster: Callable[[], tuple[dict[str, float], int]],
+    wait_s: float,
+    *,
+    poll_s: float = 0.5,
+    sleep: Callable[[float], None] = time.sleep,
+) -> None:
+    """Waits up to ``wait_s`` for a cluster too small for the run to grow, then refuses it.
+
+    A node that is still starting (``docker compose up`` returns once the head is healthy) or
+    restarting has not yet added its CPUs: refusing at once would call a run that fits in a
+    few seconds impossible.
+
+    Args:
+        scaling: The run's scaling config.
+        cluster: Returns the cluster's total resources and its number of live nodes.
+        wait_s: How long to wait; 0 refuses at once.
+        poll_s: How often to look again.
+        sleep: Waits between looks (tests pass a fake clock's).
+    """
+    waited = 0.0
+    while True:
+        try:
+            check_feasible(scaling, *cluster())
+            return
+        except ResourceExhaustedError as exc:
+            if waited >= wait_s:
+                if not waited:
+                    raise
+                raise ResourceExhaustedError(
+                    f"{exc.message} (after waiting {waited:g} s for nodes to join)", field=exc.field
+                ) from None
+            if not waited:
+                logger.info("a fit waits up to %g s for nodes to join: %s", wait_s, exc.message)
+        sleep(poll_s)
+        waited += poll_s
+
+
+def cluster_view() -> tuple[dict[str, float], int]:
+    """The Ray cluster's total resources and its number of live nodes."""
+    return ray.cluster_resources(), sum(1 for n in ray.nodes() if n["Alive"])
 
 
 class RunManager:
@@ -107,6 +151,7 @@ class RunManager:
         allow_pickled_code: bool = True,
         watch_poll_s: float = 1.0,
         pending_reason_after_s: float = 1.0,
+        capacity_wait_s: float = 0.0,
         worker_pool_idle_s: float = 0.0,
         report_key: str = "",
         report_tls: ClientTLS | None = None,
@@ -119,6 +164,7 @@ class RunManager:
         self.coordinator_address = coordinator_address
         self.allow_pickled_code = allow_pickled_code
         self.pending_reason_after_s = pending_reason_after_s
+        self.capacity_wait_s = capacity_wait_s
         self.policy_factory = policy_factory
         self.pool = WorkerPool(worker_pool_idle_s)
         self.report_secrets = ReportSecrets(report_key)
@@ -214,8 +260,7 @@ class RunManager:
                     field="resume_from_checkpoint",
                 )
         if check_capacity:
-            nodes = sum(1 for n in ray.nodes() if n["Alive"])
-            check_feasible(request.scaling_config, ray.cluster_resources(), nodes)
+            wait_until_feasible(request.scaling_config, cluster_view, self.capacity_wait_s)
         return run_config, datasets
 
     async def fit(self, request: coordinator_pb2.FitRequest) -> coordinator_pb2.Run:

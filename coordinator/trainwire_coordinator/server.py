@@ -113,6 +113,7 @@ class CoordinatorServer:
             allow_pickled_code=settings.allow_pickled_code,
             watch_poll_s=settings.watch_poll_s,
             pending_reason_after_s=settings.pending_reason_after_s,
+            capacity_wait_s=settings.capacity_wait_s,
             worker_pool_idle_s=settings.worker_pool_idle_s,
             report_key=settings.report_key,
             report_tls=report_tls(settings),

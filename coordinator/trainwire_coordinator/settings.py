@@ -56,5 +56,8 @@ class CoordinatorSettings(BaseSettings):
     # How long idle warm workers of declarative trainers are kept (0: never); they hold
     # their CPUs meanwhile, so other Ray work on the cluster may wait that long.
     worker_pool_idle_s: float = 10.0
+    # How long a Fit whose workers need more than the whole cluster has waits for nodes to
+    # join (a node still starting or restarting) before it is refused with RESOURCE_EXHAUSTED.
+    capacity_wait_s: float = 30.0
     # Seconds a placement group may wait before the reason is shown.
     pending_reason_after_s: float = 1.0
