@@ -8,6 +8,8 @@ Serves one XGBoost booster (breast cancer, 30 features, 20 trees) on loopback:
   it to every request, so callers send raw features);
 - MLServer: ``mlserver`` + ``mlserver-xgboost`` serving the plain ``model.ubj`` over gRPC (its own
   virtualenv, created on first use under ~/.cache/trainwire-bench, as MLServer needs protobuf 6);
+- trainwire-threads: a second predictor process with ``TRAINWIRE_PREDICTOR_INLINE_BUDGET_US=0``,
+  every model call on its worker threads (what short calls on the event loop save);
 - bare: a grpc.aio server answering ModelInfer with a fixed response (the transport's ceiling).
 
 One load generator (grpc.aio in its own process, the same serialized 32-row raw FP64
@@ -432,6 +434,18 @@ def main() -> None:
         )
         servers["trainwire"] = (port, requests[MODEL])
         servers["trainwire+scaler"] = (port, requests[SCALED_MODEL])
+        # The same predictor with every model call on its threads (none on the event loop).
+        port = free_port()
+        log = open(workdir / "trainwire-threads.log", "w")  # noqa: SIM115 - lives as long as the server
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-m", "trainwire_predictor", "--port", str(port), "--store", str(workdir / "store")],
+                stdout=log,
+                stderr=log,
+                env={**os.environ, "TRAINWIRE_PREDICTOR_INLINE_BUDGET_US": "0"},
+            )
+        )
+        servers["trainwire-threads"] = (port, requests[MODEL])
         if not args.skip_mlserver:
             port = free_port()
             mlserver = ensure_mlserver()

@@ -7,6 +7,12 @@ on the other rows of the batch (``Predictor.batch_invariant``, e.g. tree
 ensembles) are batched, so every answer equals the in-process one. Requests
 batch only with requests of the same input form and dtypes.
 
+Requests that find the model idle, where its call is measured to take at
+most ``inline_budget_ns`` for their rows (a compiled tree model on a few small
+requests), are scored on the event loop at the end of the loop iteration that
+queued them, together: for a call that short, handing it to a thread and back
+costs more than the call. Under load the threads score, beside the loop.
+
 Each request's Timing gets its queue, input, infer and output times, and each
 model call is reported to the recorder as one execution (the statistics and
 metrics).
@@ -102,15 +108,22 @@ class Batcher:
         max_inflight: Model calls at once per model and input form.
         max_rows: Most rows in one batched call.
         recorder: Told of every model call (an execution), for statistics and metrics.
+        inline_budget_ns: Longest expected model call run on the event loop (0: none).
     """
 
     def __init__(
-        self, executor: Executor, max_inflight: int = 1, max_rows: int = 8192, recorder: Recorder | None = None
+        self,
+        executor: Executor,
+        max_inflight: int = 1,
+        max_rows: int = 8192,
+        recorder: Recorder | None = None,
+        inline_budget_ns: int = 0,
     ) -> None:
         self.executor = executor
         self.recorder = recorder
         self.max_inflight = max(1, max_inflight)
         self.max_rows = max_rows
+        self.inline_budget_ns = inline_budget_ns
         self._queues: dict[Any, collections.deque[_Item]] = collections.defaultdict(collections.deque)
         self._inflight: collections.Counter[Any] = collections.Counter()
 
@@ -134,10 +147,36 @@ class Batcher:
         item = _Item(request, batch, raw, loop.create_future(), timing)
         self._queues[key].append(item)
         if self._inflight[key] < self.max_inflight:
-            self._launch(key, model)
+            if self._inline(model, timing.rows):
+                # Held as in flight until the loop has run the rest of this iteration's requests.
+                self._inflight[key] += 1
+                loop.call_soon(self._launch_deferred, key, model)
+            else:
+                self._launch(key, model)
         return await item.future
 
-    def _launch(self, key: Any, model: LoadedModel) -> None:
+    def _inline(self, model: LoadedModel, rows: int) -> bool:
+        return model.ns_per_row is not None and rows * model.ns_per_row <= self.inline_budget_ns
+
+    def _launch_deferred(self, key: Any, model: LoadedModel) -> None:
+        self._done_one(key)
+        self._launch(key, model, inline=True)
+
+    def _done_one(self, key: Any) -> None:
+        self._inflight[key] -= 1
+        if self._inflight[key] <= 0:
+            del self._inflight[key]
+
+    def _launch(self, key: Any, model: LoadedModel, *, inline: bool = False) -> None:
+        """Starts a model call on the items queued for ``key``.
+
+        Args:
+            key: The model and input form.
+            model: The loaded model.
+            inline: Run it on the loop if it is short enough. Only requests that found the
+                model idle do: under load the loop is what limits, and a thread scores
+                alongside it while the next requests queue up.
+        """
         queue = self._queues[key]
         items, rows = [], 0
         while queue and (not items or rows + _rows(queue[0].batch) <= self.max_rows):
@@ -149,15 +188,26 @@ class Batcher:
         if not items:
             return
         self._inflight[key] += 1
-        task = asyncio.get_running_loop().run_in_executor(self.executor, self._score_items, model, items, self.recorder)
+        if inline and self._inline(model, rows):
+            self._settle(key, model, items, self._score_timed(model, items, rows))
+            return
+        task = asyncio.get_running_loop().run_in_executor(self.executor, self._score_timed, model, items, rows)
         task.add_done_callback(lambda done: self._finished(key, model, items, done))
 
+    def _score_timed(self, model: LoadedModel, items: list[_Item], rows: int) -> list[Any]:
+        """Scores the items and updates the model's measured cost per row."""
+        started = now_ns()
+        results = self._score_items(model, items, self.recorder)
+        per_row = (now_ns() - started) / max(rows, 1)
+        model.ns_per_row = per_row if model.ns_per_row is None else 0.8 * model.ns_per_row + 0.2 * per_row
+        return results
+
     def _finished(self, key: Any, model: LoadedModel, items: list[_Item], done: asyncio.Future) -> None:
-        self._inflight[key] -= 1
-        if self._inflight[key] <= 0:
-            del self._inflight[key]
         exc = done.exception() if not done.cancelled() else asyncio.CancelledError()
-        results = done.result() if exc is None else [exc] * len(items)
+        self._settle(key, model, items, done.result() if exc is None else [exc] * len(items))
+
+    def _settle(self, key: Any, model: LoadedModel, items: list[_Item], results: list[Any]) -> None:
+        self._done_one(key)
         for item, result in zip(items, results):
             if item.future.done():
                 continue

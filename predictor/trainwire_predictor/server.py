@@ -102,7 +102,9 @@ class PredictorServer:
         )
         self.metrics = PredictorMetrics() if settings.metrics_port else None
         self.servicer = InferenceServicer(
-            self.models, Batcher(self.executor), recorders=[self.metrics] if self.metrics else []
+            self.models,
+            Batcher(self.executor, inline_budget_ns=int(settings.inline_budget_us * 1000)),
+            recorders=[self.metrics] if self.metrics else [],
         )
         grpc_service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(self.servicer, self.server)
         health_servicer = add_health_and_reflection(self.server)

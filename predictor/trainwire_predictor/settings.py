@@ -34,6 +34,10 @@ class PredictorSettings(BaseSettings):
     model_cache_size: int = 16
     # Threads that run model compute off the event loop.
     worker_threads: int = 4
+    # A model call measured to take at most this long for its rows (a compiled tree model on
+    # small requests) runs on the event loop instead: shorter than the hand-off to a thread.
+    # 0: every call goes to the threads.
+    inline_budget_us: float = 200.0
     # How old a cached run index may get before it is read again.
     index_refresh_s: float = 1.0
     # Compile XGBoost and LightGBM models with Treelite + TL2cgen (cached beside the checkpoint);
