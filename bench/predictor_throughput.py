@@ -170,6 +170,17 @@ def bare_server(port: int) -> None:
     asyncio.run(main())
 
 
+def start_predictor(workdir: Path, port: int, name: str, env: dict[str, str] | None = None) -> subprocess.Popen:
+    """``python -m trainwire_predictor`` on the bench's store, logging to ``<name>.log``."""
+    log = open(workdir / f"{name}.log", "w")  # noqa: SIM115 - lives as long as the server
+    return subprocess.Popen(
+        [sys.executable, "-m", "trainwire_predictor", "--port", str(port), "--store", str(workdir / "store")],
+        stdout=log,
+        stderr=log,
+        env={**os.environ, **(env or {})},
+    )
+
+
 def ensure_mlserver() -> Path:
     """MLServer's own virtualenv (it pins protobuf 6, trainwire uses 7); returns its ``mlserver``."""
     mlserver = MLSERVER_VENV / "bin" / "mlserver"
@@ -424,27 +435,12 @@ def main() -> None:
         servers: dict[str, tuple[int, Path]] = {}
 
         port = free_port()
-        log = open(workdir / "trainwire.log", "w")  # noqa: SIM115 - lives as long as the server
-        procs.append(
-            subprocess.Popen(
-                [sys.executable, "-m", "trainwire_predictor", "--port", str(port), "--store", str(workdir / "store")],
-                stdout=log,
-                stderr=log,
-            )
-        )
+        procs.append(start_predictor(workdir, port, "trainwire"))
         servers["trainwire"] = (port, requests[MODEL])
         servers["trainwire+scaler"] = (port, requests[SCALED_MODEL])
         # The same predictor with every model call on its threads (none on the event loop).
         port = free_port()
-        log = open(workdir / "trainwire-threads.log", "w")  # noqa: SIM115 - lives as long as the server
-        procs.append(
-            subprocess.Popen(
-                [sys.executable, "-m", "trainwire_predictor", "--port", str(port), "--store", str(workdir / "store")],
-                stdout=log,
-                stderr=log,
-                env={**os.environ, "TRAINWIRE_PREDICTOR_INLINE_BUDGET_US": "0"},
-            )
-        )
+        procs.append(start_predictor(workdir, port, "trainwire-threads", {"TRAINWIRE_PREDICTOR_INLINE_BUDGET_US": "0"}))
         servers["trainwire-threads"] = (port, requests[MODEL])
         if not args.skip_mlserver:
             port = free_port()
