@@ -80,15 +80,16 @@ def _free_port() -> int:
 class CoordinatorProcess:
     """``python -m trainwire_coordinator`` in its own process group, stopped by its id."""
 
-    def __init__(self, home: Path, port: int, ray_address: str, state: str) -> None:
+    def __init__(self, home: Path, port: int, ray_address: str, state: str, env: dict[str, str] | None = None) -> None:
         self.home, self.port, self.ray_address, self.state = home, port, ray_address, state
+        self.env = env or {}
         self.proc: subprocess.Popen | None = None
         self.starts = 0
 
     def start(self) -> None:
         self.starts += 1
         log = open(self.home / f"coordinator-{self.starts}.log", "wb")  # noqa: SIM115 - the child owns it
-        env = {**os.environ, "TRAINWIRE_COORDINATOR_WATCH_POLL_S": "0.2"}
+        env = {**os.environ, "TRAINWIRE_COORDINATOR_WATCH_POLL_S": "0.2", **self.env}
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "trainwire_coordinator", "--host", "127.0.0.1", "--port", str(self.port)]
             + ["--store", str(self.home / "store"), "--state", self.state]
