@@ -114,27 +114,41 @@ def test_more_workers_than_the_cluster_can_ever_give(stub, uploaded):
     assert field_of(err) == "scaling_config.num_workers"
 
 
+class FakeClock:
+    """A clock that moves only when slept on; notes each sleep."""
+
+    def __init__(self) -> None:
+        self.now, self.slept = 0.0, []
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
+
+
 def test_a_fit_waits_for_a_joining_node_then_refuses_what_the_cluster_still_cannot_hold():
     # A node still starting or restarting adds its CPUs a few seconds later.
     scaling = common_pb2.ScalingConfig(num_workers=2, resources_per_worker={"CPU": 1})
     views = iter([({}, 1), ({"CPU": 1.0}, 2), ({"CPU": 3.0}, 3)])
-    slept: list[float] = []
-    wait_until_feasible(scaling, lambda: next(views), 30, poll_s=0.5, sleep=slept.append)
-    assert slept == [0.5, 0.5]
+    clock = FakeClock()
+    wait_until_feasible(scaling, lambda: next(views), 30, poll_s=0.5, sleep=clock.sleep, clock=lambda: clock.now)
+    assert clock.slept == [0.5, 0.5]
 
-    slept.clear()
+    clock = FakeClock()
     with pytest.raises(ResourceExhaustedError) as info:
-        wait_until_feasible(scaling, lambda: ({"CPU": 1.0}, 1), 2, poll_s=0.5, sleep=slept.append)
-    assert slept == [0.5] * 4
+        wait_until_feasible(
+            scaling, lambda: ({"CPU": 1.0}, 1), 2, poll_s=0.5, sleep=clock.sleep, clock=lambda: clock.now
+        )
+    assert clock.slept == [0.5] * 4
     assert info.value.field == "scaling_config.num_workers"
     assert info.value.message.endswith(
         "2 CPU (cluster has 1); lower scaling_config.num_workers or "
         "resources_per_worker (after waiting 2 s for nodes to join)"
     )
 
+    clock = FakeClock()
     with pytest.raises(ResourceExhaustedError) as info:  # wait_s=0 refuses without a pause
-        wait_until_feasible(scaling, lambda: ({"CPU": 1.0}, 1), 0, sleep=slept.append)
-    assert "waiting" not in info.value.message and len(slept) == 4
+        wait_until_feasible(scaling, lambda: ({"CPU": 1.0}, 1), 0, sleep=clock.sleep, clock=lambda: clock.now)
+    assert "waiting" not in info.value.message and clock.slept == []
 
 
 def _upload_parts(data: bytes, declared_size: int, sha: str):

@@ -92,6 +92,7 @@ def wait_until_feasible(
     *,
     poll_s: float = 0.5,
     sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
 ) -> None:
     """Waits up to ``wait_s`` for a cluster too small for the run to grow, then refuses it.
 
@@ -105,23 +106,25 @@ def wait_until_feasible(
         wait_s: How long to wait; 0 refuses at once.
         poll_s: How often to look again.
         sleep: Waits between looks (tests pass a fake clock's).
+        clock: Seconds, for the deadline (asking Ray takes time too).
     """
-    waited = 0.0
+    started, logged = clock(), False
     while True:
         try:
             check_feasible(scaling, *cluster())
             return
         except ResourceExhaustedError as exc:
+            waited = clock() - started
             if waited >= wait_s:
-                if not waited:
+                if not wait_s:
                     raise
                 raise ResourceExhaustedError(
-                    f"{exc.message} (after waiting {waited:g} s for nodes to join)", field=exc.field
+                    f"{exc.message} (after waiting {waited:.0f} s for nodes to join)", field=exc.field
                 ) from None
-            if not waited:
+            if not logged:
                 logger.info("a fit waits up to %g s for nodes to join: %s", wait_s, exc.message)
+                logged = True
         sleep(poll_s)
-        waited += poll_s
 
 
 def cluster_view() -> tuple[dict[str, float], int]:
