@@ -745,11 +745,34 @@ def _exec(args: argparse.Namespace) -> int:
     return subprocess.call(["ip", "netns", "exec", replica["netns"], *command])
 
 
+def _replica_name(state: dict[str, Any], name: str) -> str:
+    for candidate in (name, f"{name}-1"):
+        if candidate in state["replicas"]:
+            return candidate
+    raise SystemExit(f"no replica {name!r}; one of: {', '.join(state['replicas'])}")
+
+
 def _replica(state: dict[str, Any], name: str) -> dict[str, Any]:
-    replica = state["replicas"].get(name) or state["replicas"].get(f"{name}-1")
-    if replica is None:
-        raise SystemExit(f"no replica {name!r}; one of: {', '.join(state['replicas'])}")
-    return replica
+    return state["replicas"][_replica_name(state, name)]
+
+
+def _logs(args: argparse.Namespace) -> int:
+    """Prints the last lines each replica's host wrote (its program's output), as `compose logs`."""
+    state = _read_state(args.state)
+    names = [n for n in state["replicas"] if n != CLIENT]
+    if args.replica:
+        names = [_replica_name(state, n) for n in args.replica]
+    for name in names:
+        host = Path(state["workdir"]) / name
+        logs = [host / "log"]
+        if args.ray:  # a Ray node's own daemons log under its session directory (RAY_TMPDIR)
+            for daemon in ("raylet", "gcs_server"):
+                logs += sorted(host.glob(f"t/ray/session_*/logs/{daemon}.*"))
+        for log in logs:
+            lines = log.read_text(errors="replace").splitlines() if log.exists() else []
+            print(f"--- {name}: {log.relative_to(host)} ({len(lines)} lines)")
+            print("\n".join(lines[-args.tail :]), flush=True)
+    return 0
 
 
 def _kill(args: argparse.Namespace) -> int:
@@ -792,6 +815,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("replica")
     p.add_argument("command", nargs=argparse.REMAINDER)
     p.set_defaults(fn=_exec)
+    p = sub.add_parser("logs", help="print the last lines of each replica's output (or the ones named)")
+    p.add_argument("--state", required=True)
+    p.add_argument("--tail", type=int, default=40)
+    p.add_argument("--ray", action="store_true", help="also the raylet's and GCS's logs of Ray nodes")
+    p.add_argument("replica", nargs="*")
+    p.set_defaults(fn=_logs)
     p = sub.add_parser("kill", help="signal every process of a replica's host (e.g. a lost Ray worker)")
     p.add_argument("--state", required=True)
     p.add_argument("--signal", default="KILL", choices=["KILL", "TERM", "INT", "STOP", "CONT"])

@@ -15,6 +15,7 @@ import pytest
 from trainwire.cli import build_parser
 from trainwire_coordinator.settings import CoordinatorSettings
 from trainwire_predictor.settings import PredictorSettings
+from trainwire_worker.node_health import build_parser as node_health_parser
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -131,7 +132,13 @@ def test_healthcheck_commands_are_real_subcommands(services):
             continue
         assert test[0] == "CMD", name
         program, argv = test[1], test[2:]
-        if program == "trainwire":
+        if program == "trainwire" and argv[0] == "ray-node-health":
+            assert name == "ray-worker", name
+            try:
+                node_health_parser().parse_args(argv[1:])
+            except SystemExit:
+                pytest.fail(f"{name} healthcheck: bad arguments {argv[1:]}")
+        elif program == "trainwire":
             assert argv[0] == "health", name
             _parse_trainwire(argv, f"{name} healthcheck")
         else:

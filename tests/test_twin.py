@@ -93,6 +93,15 @@ def test_fit_on_the_twin_served_by_every_predictor_replica(tmp_path: Path):
         for address in ("coordinator:50051", "predictor-1:8001", "predictor-2:8001"):
             probe = _in_netns(client, ["trainwire", "health", address], env, 30)
             assert probe.returncode == 0 and "SERVING" in probe.stdout, probe.stdout + probe.stderr
+        # Up means the worker host's Ray node has registered (its healthcheck); a host that runs
+        # no Ray node fails the same check.
+        compose = load_compose(COMPOSE_FILE, ENV_FILE)["services"]["ray-worker"]["environment"]
+        ray_env = {**env, **{k: v for k, v in compose.items() if k.startswith("RAY_")}}
+        node_check = ["trainwire", "ray-node-health", "--address", "ray-head:6379"]
+        probe = _in_netns(replicas["ray-worker-1"]["netns"], node_check, ray_env, 60)
+        assert probe.returncode == 0 and "alive in the cluster" in probe.stdout, probe.stdout + probe.stderr
+        probe = _in_netns(client, node_check, ray_env, 60)
+        assert probe.returncode == 1 and "not registered" in probe.stderr, probe.stdout + probe.stderr
 
         fit_started = time.monotonic()
         smoke = _in_netns(

@@ -91,6 +91,12 @@ def _predictor(argv: list[str]) -> None:
     main(argv)
 
 
+def _ray_node_health(argv: list[str]) -> int:
+    from trainwire_worker.node_health import main
+
+    return main(argv)
+
+
 def _predict(argv: list[str]) -> int:
     from trainwire.predictor_client import predict_main
 
@@ -102,6 +108,7 @@ _PASSTHROUGH: dict[str, Callable[[list[str]], int | None]] = {
     "coordinator": _coordinator,
     "predictor": _predictor,
     "predict": _predict,
+    "ray-node-health": _ray_node_health,
 }
 
 
@@ -114,6 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
         ("coordinator", "run the coordinator service"),
         ("predictor", "run the predictor service"),
         ("predict", "ask a predictor for predictions"),
+        ("ray-node-health", "exit 0 when this host's Ray node is live in the cluster (a probe)"),
     ]:
         sub.add_parser(name, help=help_text, add_help=False)
 
