@@ -298,6 +298,18 @@ class Twin:
             raise TwinError(f"service {service}: no local program stands in for image {image!r}")
         return [*self._program(argv[0]), *argv[1:]]
 
+    def _own_ray_dir(self, argv: list[str], r: Replica) -> list[str]:
+        """Gives a joining Ray node this host's own directory, as its container's /tmp would be.
+
+        Ray hands a joining node the head's directory path. In a container that path is the
+        node's own; here every host shares one filesystem, and nodes starting side by side in
+        one directory race for the same socket names ("bind: Address already in use").
+        """
+        if Path(argv[0]).name == "ray" and argv[1:2] == ["start"] and "--head" not in argv:
+            if not any(a.startswith("--temp-dir") for a in argv):
+                return [*argv, f"--temp-dir={Path(r.workdir) / 't' / 'ray'}"]
+        return argv
+
     def _healthcheck(self, service: str) -> tuple[list[str], float] | None:
         check = self.services[service].get("healthcheck") or {}
         test = list(check.get("test") or [])
@@ -334,7 +346,7 @@ class Twin:
         self._sweep(r.netns)  # a restarted container starts empty
         log = open(Path(r.workdir) / "log", "ab")  # noqa: SIM115 - the child owns it
         r.proc = subprocess.Popen(
-            ["ip", "netns", "exec", r.netns, *self.command(r.service)],
+            ["ip", "netns", "exec", r.netns, *self._own_ray_dir(self.command(r.service), r)],
             cwd=r.workdir,
             env=self._env(r),
             stdin=subprocess.DEVNULL,
@@ -767,7 +779,7 @@ def _logs(args: argparse.Namespace) -> int:
         logs = [host / "log"]
         if args.ray:  # a Ray node's own daemons log under its session directory (RAY_TMPDIR)
             for daemon in ("raylet", "gcs_server"):
-                logs += sorted(host.glob(f"t/ray/session_*/logs/{daemon}.*"))
+                logs += sorted(host.glob(f"t/ray/session_2*/logs/{daemon}.*"))  # not session_latest
         for log in logs:
             lines = log.read_text(errors="replace").splitlines() if log.exists() else []
             print(f"--- {name}: {log.relative_to(host)} ({len(lines)} lines)")

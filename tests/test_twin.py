@@ -93,6 +93,12 @@ def test_fit_on_the_twin_served_by_every_predictor_replica(tmp_path: Path):
         for address in ("coordinator:50051", "predictor-1:8001", "predictor-2:8001"):
             probe = _in_netns(client, ["trainwire", "health", address], env, 30)
             assert probe.returncode == 0 and "SERVING" in probe.stdout, probe.stdout + probe.stderr
+        # Every Ray node keeps its own directory, as in its own container: nodes sharing one
+        # raced for socket names there and crashed at start ("bind: Address already in use").
+        workdir = Path(state["workdir"])
+        for name in ("ray-head-1", "ray-worker-1", "coordinator-1"):
+            assert list((workdir / name / "t" / "ray").glob("session_2*")), f"{name} has no Ray directory of its own"
+            assert "exited with" not in (workdir / name / "log").read_text(errors="replace"), f"{name} restarted"
         # Up means the worker host's Ray node has registered (its healthcheck); a host that runs
         # no Ray node fails the same check.
         compose = load_compose(COMPOSE_FILE, ENV_FILE)["services"]["ray-worker"]["environment"]

@@ -49,6 +49,10 @@ def join_ray_node(address: str, timeout_s: float = 120.0) -> subprocess.Popen:
     """Starts a Ray node without CPUs or GPUs joined to ``address`` (stopped at exit)."""
     ray_cli = shutil.which("ray", path=os.path.dirname(sys.executable)) or "ray"
     command = [ray_cli, "start", "--block", f"--address={address}", "--num-cpus=0", "--num-gpus=0"]
+    if os.environ.get("RAY_TMPDIR"):
+        # Ray gives a joining node the head's directory unless told otherwise; RAY_TMPDIR names
+        # this host's own, as it does for a head.
+        command.append(f"--temp-dir={os.path.join(os.environ['RAY_TMPDIR'], 'ray')}")
     proc = subprocess.Popen(
         command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
     )
