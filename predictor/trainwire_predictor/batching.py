@@ -197,7 +197,7 @@ class Batcher:
     def _score_timed(self, model: LoadedModel, items: list[_Item], rows: int) -> list[Any]:
         """Scores the items and updates the model's measured cost per row."""
         started = now_ns()
-        results = self._score_items(model, items, self.recorder)
+        results = self._score_items(model, items, rows, self.recorder)
         per_row = (now_ns() - started) / max(rows, 1)
         model.ns_per_row = per_row if model.ns_per_row is None else 0.8 * model.ns_per_row + 0.2 * per_row
         return results
@@ -220,9 +220,9 @@ class Batcher:
 
     @staticmethod
     def _score_items(
-        model: LoadedModel, items: list[_Item], recorder: Recorder | None = None
+        model: LoadedModel, items: list[_Item], total: int, recorder: Recorder | None = None
     ) -> list[pb.ModelInferResponse | BaseException]:
-        """One model call for all items; if it fails, each alone, so only the bad one errs."""
+        """One model call for all items (``total`` rows); if it fails, each alone, so only the bad one errs."""
         started = now_ns()
         for item in items:
             item.timing.queue_ns = started - item.timing.enqueued_ns
@@ -232,7 +232,6 @@ class Batcher:
                 t0 = now_ns()
                 out = model.predictor.predict_columns(batch)
                 t1 = now_ns()
-                total = sum(_rows(i.batch) for i in items)
                 if all(len(v) == total for v in out.values()):
                     results: list[pb.ModelInferResponse | BaseException] = []
                     start = 0
