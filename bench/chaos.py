@@ -30,7 +30,7 @@ import ray
 from trainwire import Checkpoint, FailureConfig, RunConfig, ScalingConfig, train
 from trainwire.client import CoordinatorClient
 from trainwire.torch import TorchTrainer
-from trainwire.v1 import common_pb2
+from trainwire_core.v1 import common_pb2
 
 
 def chaos_loop(config: dict) -> None:

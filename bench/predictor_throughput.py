@@ -70,7 +70,7 @@ def _commit(workdir: Path, run: str, booster: Any, preprocessor: Any = None) -> 
 
     from trainwire.checkpoint import METADATA_NAME
     from trainwire.config import CheckpointConfig
-    from trainwire.storage import Store
+    from trainwire_core.storage import Store
     from trainwire_coordinator.checkpoint_manager import CheckpointManager
 
     model_dir = workdir / f"model-{run}"
@@ -90,7 +90,7 @@ def request_bytes(model: str, rows: Any) -> bytes:
     """A serialized ModelInferRequest: ``rows`` as one 2-D raw FP64 tensor."""
     import numpy as np
 
-    from trainwire.inference import grpc_service_pb2 as pb
+    from trainwire_core.inference import grpc_service_pb2 as pb
 
     rows = np.ascontiguousarray(rows, dtype="<f8")
     request = pb.ModelInferRequest(model_name=model)
@@ -146,7 +146,7 @@ def bare_server(port: int) -> None:
     import grpc
     import numpy as np
 
-    from trainwire.inference import grpc_service_pb2 as pb
+    from trainwire_core.inference import grpc_service_pb2 as pb
 
     response = pb.ModelInferResponse(model_name=MODEL, model_version="c1")
     response.outputs.add(name="predictions", datatype="FP32", shape=[ROWS])
@@ -288,7 +288,7 @@ def sdk_load(port: int, seconds: float, warmup_s: float, request: bytes) -> dict
     import numpy as np
     import pandas as pd
 
-    from trainwire.inference import grpc_service_pb2 as pb
+    from trainwire_core.inference import grpc_service_pb2 as pb
     from trainwire.predictor_client import PredictorClient, decode_response
 
     parsed = pb.ModelInferRequest.FromString(request)

@@ -11,9 +11,13 @@ trap '.venv/bin/python -m deploy.twin down --state "$state" >/dev/null || true' 
 # The S3 credentials the twin's MinIO stand-in was given (not sourced: other values hold '&').
 AWS_ACCESS_KEY_ID=$(sed -n 's/^AWS_ACCESS_KEY_ID=//p' .env.example)
 AWS_SECRET_ACCESS_KEY=$(sed -n 's/^AWS_SECRET_ACCESS_KEY=//p' .env.example)
+# The deployment's bearer tokens: it refuses clients without them.
+TRAINWIRE_TOKEN=$(sed -n 's/^TRAINWIRE_COORDINATOR_AUTH_TOKEN=//p' .env.example)
+TRAINWIRE_PREDICTOR_TOKEN=$(sed -n 's/^TRAINWIRE_PREDICTOR_AUTH_TOKEN=//p' .env.example)
 if ! .venv/bin/python -m deploy.twin exec --state "$state" client -- \
     env GRPC_DNS_RESOLVER=native TRAINWIRE_ADDRESS=coordinator:50051 \
     AWS_ACCESS_KEY_ID="$AWS_ACCESS_KEY_ID" AWS_SECRET_ACCESS_KEY="$AWS_SECRET_ACCESS_KEY" \
+    TRAINWIRE_TOKEN="$TRAINWIRE_TOKEN" TRAINWIRE_PREDICTOR_TOKEN="$TRAINWIRE_PREDICTOR_TOKEN" \
     .venv/bin/python deploy/smoke.py --predictor predictor-1:8001 --predictor predictor-2:8001; then
     # What each host said, Ray's daemons included, before the trap tears them down.
     .venv/bin/python -m deploy.twin logs --state "$state" --ray --tail 60 || true

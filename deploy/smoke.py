@@ -23,7 +23,7 @@ from sklearn.model_selection import train_test_split
 import trainwire
 from trainwire import CheckpointConfig, PredictorClient, RunConfig, ScalingConfig
 from trainwire.client import CoordinatorClient
-from trainwire.v1 import common_pb2
+from trainwire_core.v1 import common_pb2
 from trainwire.xgboost import XGBoostPredictor, XGBoostTrainer
 
 

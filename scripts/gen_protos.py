@@ -2,8 +2,13 @@
 
 Use --check to fail when the committed stubs differ from what protos/ generates.
 
-The Open Inference Protocol stubs (``trainwire.inference``) are rewritten to build
-their descriptors in a private pool (``trainwire/inference/_pool.py``) rather than
+protoc writes each tree at its proto path (``trainwire/v1``, ``inference``), so the
+descriptors keep their registered names; the modules are then placed in the core
+distribution (``trainwire_core.v1``, ``trainwire_core.inference``) with their imports
+rewritten to match.
+
+The Open Inference Protocol stubs (``trainwire_core.inference``) are rewritten to build
+their descriptors in a private pool (``trainwire_core/inference/_pool.py``) rather than
 protobuf's default one, where tritonclient and others register their own
 ``inference.*`` messages: see that module for why.
 """
@@ -12,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import filecmp
+import re
 import sys
 import tempfile
 from pathlib import Path
@@ -20,11 +26,14 @@ from grpc_tools import protoc
 
 ROOT = Path(__file__).resolve().parents[1]
 PROTOS = ROOT / "protos"
-OUT = ROOT / "client"
-# Each proto tree and the import path its generated package lives at.
-TREES = {"trainwire/v1": "trainwire/v1", "inference": "trainwire/inference"}
+OUT = ROOT / "core"
+# Each proto tree, the package protoc generates it as, and the package it is placed in.
+TREES = {
+    "trainwire/v1": ("trainwire/v1", "trainwire_core/v1"),
+    "inference": ("trainwire/inference", "trainwire_core/inference"),
+}
 # Packages whose _pb2 modules use a private descriptor pool, and the module that holds it.
-PRIVATE_POOLS = {"trainwire/inference": "trainwire.inference._pool"}
+PRIVATE_POOLS = {"trainwire_core/inference": "trainwire_core.inference._pool"}
 
 # protoc's lines that touch the default pool, and what each becomes.
 _BUILDER_IMPORT = "from google.protobuf.internal import builder as _builder\n"
@@ -51,22 +60,31 @@ def generate(out_dir: Path) -> list[Path]:
     """Generates every stub under out_dir; returns the generated paths (relative)."""
     include = str(Path(protoc.__file__).parent / "_proto")
     generated: list[Path] = []
-    for src, package in TREES.items():
+    for src, (generated_as, package) in TREES.items():
         files = sorted((PROTOS / src).glob("*.proto"))
         if not files:
             continue
-        # Map the tree onto its package path so generated imports resolve.
-        args = [
-            "protoc",
-            f"-I{include}",
-            f"-I{package}={PROTOS / src}",
-            f"-I{PROTOS}",
-            f"--python_out={out_dir}",
-            f"--pyi_out={out_dir}",
-            f"--grpc_python_out={out_dir}",
-        ] + [f"{package}/{f.name}" for f in files]
-        if protoc.main(args) != 0:
-            raise SystemExit(f"protoc failed for {src}")
+        with tempfile.TemporaryDirectory() as tmp:
+            # Map the tree onto the path it is generated as, so descriptor names stay as today.
+            args = [
+                "protoc",
+                f"-I{include}",
+                f"-I{generated_as}={PROTOS / src}",
+                f"-I{PROTOS}",
+                f"--python_out={tmp}",
+                f"--pyi_out={tmp}",
+                f"--grpc_python_out={tmp}",
+            ] + [f"{generated_as}/{f.name}" for f in files]
+            if protoc.main(args) != 0:
+                raise SystemExit(f"protoc failed for {src}")
+            (out_dir / package).mkdir(parents=True, exist_ok=True)
+            old_module, new_module = generated_as.replace("/", "."), package.replace("/", ".")
+            for path in sorted((Path(tmp) / generated_as).glob("*_pb2*.py*")):
+                text = path.read_text()
+                text = text.replace(f"from {old_module} import", f"from {new_module} import")
+                # The module names protobuf records ('trainwire.v1.common_pb2'), not proto names.
+                text = re.sub(rf"'{re.escape(old_module)}\.(\w+_pb2)'", rf"'{new_module}.\1'", text)
+                (out_dir / package / path.name).write_text(text)
         if package in PRIVATE_POOLS:
             for f in files:
                 use_private_pool(out_dir / package / f"{f.stem}_pb2.py", PRIVATE_POOLS[package])

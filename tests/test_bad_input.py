@@ -11,10 +11,10 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from trainwire import ScalingConfig
 from trainwire.client import table_to_ipc
-from trainwire.errors import InvalidArgumentError, ResourceExhaustedError
-from trainwire.grpc_status import field_of
-from trainwire.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc
 from trainwire_coordinator.run_manager import wait_until_feasible
+from trainwire_core.errors import InvalidArgumentError, ResourceExhaustedError
+from trainwire_core.grpc_status import field_of
+from trainwire_core.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -10,7 +10,7 @@ import pytest
 
 from trainwire import Checkpoint, CheckpointConfig, RunConfig, ScalingConfig, train
 from trainwire.torch import TorchTrainer
-from trainwire.v1 import common_pb2
+from trainwire_core.v1 import common_pb2
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -104,8 +104,8 @@ def test_upload_checkpoint_makes_a_run_with_that_checkpoint(client, tmp_path):
 def test_bad_checkpoint_uploads_store_nothing(client, coordinator_address, store, tmp_path):
     import grpc
 
-    from trainwire.grpc_status import field_of
-    from trainwire.v1 import coordinator_pb2, coordinator_pb2_grpc
+    from trainwire_core.grpc_status import field_of
+    from trainwire_core.v1 import coordinator_pb2, coordinator_pb2_grpc
 
     stub = coordinator_pb2_grpc.CoordinatorStub(grpc.insecure_channel(coordinator_address))
     runs_before = set(store.list_dir(store.path("runs")))
@@ -133,7 +133,7 @@ def test_bad_checkpoint_uploads_store_nothing(client, coordinator_address, store
     assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "got 3 of 10 bytes" in info.value.details()
     assert set(store.list_dir(store.path("runs"))) == runs_before
-    from trainwire.errors import NotFoundError
+    from trainwire_core.errors import NotFoundError
 
     with pytest.raises(NotFoundError):
         client.get_run("bad-upload")
@@ -155,7 +155,7 @@ def test_a_runs_own_storage_path(coordinator, client, tmp_path):
 
 
 def test_download_by_uri_only_inside_the_coordinators_store(client, tmp_path):
-    from trainwire.errors import PermissionDeniedError
+    from trainwire_core.errors import PermissionDeniedError
 
     (tmp_path / "secret").write_text("no")
     with pytest.raises(PermissionDeniedError) as info:

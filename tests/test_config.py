@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 
 from trainwire import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
-from trainwire.errors import InvalidArgumentError
-from trainwire.storage import ManifestEntry, Store
-from trainwire.v1 import common_pb2
 from trainwire_coordinator.checkpoint_manager import CheckpointManager, flatten_metrics
 from trainwire_coordinator.failure_policy import FailurePolicy
+from trainwire_core.errors import InvalidArgumentError
+from trainwire_core.storage import ManifestEntry, Store
+from trainwire_core.v1 import common_pb2
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -89,7 +89,7 @@ def test_flatten_metrics():
 
 
 def test_a_missing_framework_is_reported_with_the_install_hint():
-    from trainwire.errors import FrameworkNotInstalledError, require_installed
+    from trainwire_core.errors import FrameworkNotInstalledError, require_installed
 
     with pytest.raises(FrameworkNotInstalledError) as info:
         require_installed("no_such_module_xyz", "Horovod", "horovod")

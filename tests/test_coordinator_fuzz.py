@@ -14,8 +14,8 @@ from hypothesis import HealthCheck, Phase, event, given, settings
 from hypothesis import strategies as st
 
 from trainwire.client import table_to_ipc
-from trainwire.grpc_status import field_of
-from trainwire.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc
+from trainwire_core.grpc_status import field_of
+from trainwire_core.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -616,8 +616,8 @@ class _KeysWithoutSlash:
 
 
 def test_download_dir_keeps_files_inside_the_target(tmp_path, monkeypatch):
-    from trainwire.errors import DataLossError
-    from trainwire.storage import Store
+    from trainwire_core.errors import DataLossError
+    from trainwire_core.storage import Store
 
     src = tmp_path / "store" / "ckpt"
     (src / "sub").mkdir(parents=True)

@@ -10,8 +10,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from trainwire import CheckpointConfig, RunConfig, ScalingConfig
 from trainwire.client import CoordinatorClient
-from trainwire.v1 import common_pb2
 from trainwire.xgboost import XGBoostTrainer
+from trainwire_core.v1 import common_pb2
 
 pytestmark = pytest.mark.timeout(240)
 

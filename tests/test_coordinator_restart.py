@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from trainwire.client import CoordinatorClient
-from trainwire.v1 import common_pb2, coordinator_pb2
+from trainwire_core.v1 import common_pb2, coordinator_pb2
 
 pytestmark = pytest.mark.timeout(300)
 

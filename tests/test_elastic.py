@@ -10,7 +10,7 @@ import pytest
 
 from trainwire import Checkpoint, RunConfig, ScalingConfig, train
 from trainwire.torch import TorchTrainer
-from trainwire.v1 import common_pb2
+from trainwire_core.v1 import common_pb2
 
 pytestmark = pytest.mark.timeout(240)
 

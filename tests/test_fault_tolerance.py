@@ -9,7 +9,7 @@ import pytest
 
 from trainwire import Checkpoint, FailureConfig, RunConfig, ScalingConfig, TrainingFailedError, train
 from trainwire.torch import TorchTrainer
-from trainwire.v1 import common_pb2
+from trainwire_core.v1 import common_pb2
 
 pytestmark = pytest.mark.timeout(180)
 

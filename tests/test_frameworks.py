@@ -7,11 +7,11 @@ import sys
 
 import pytest
 
-from trainwire import frameworks
 from trainwire.checkpoint import Checkpoint
-from trainwire.errors import InvalidArgumentError
 from trainwire.predictor import Predictor
 from trainwire.trainer import BaseTrainer
+from trainwire_core import frameworks
+from trainwire_core.errors import InvalidArgumentError
 
 ALL = list(frameworks.frameworks().values())
 
@@ -24,39 +24,52 @@ def test_the_table_holds_every_trainer_of_ray_train():
 
 @pytest.mark.parametrize("declared", ALL, ids=lambda f: f.name)
 def test_each_row_names_classes_that_agree_with_it(declared):
-    trainer, backend = declared.trainer_class(), declared.backend_class()
+    trainer = declared.trainer_class()
     assert issubclass(trainer, BaseTrainer) and trainer.framework == declared.name
     assert trainer.checkpoint_cls is declared.checkpoint_class()
     assert issubclass(declared.checkpoint_class(), Checkpoint)
     assert issubclass(declared.predictor_class(), Predictor)
-    assert backend.name == declared.name
 
 
 @pytest.mark.parametrize("declared", ALL, ids=lambda f: f.name)
-def test_the_worker_runs_what_the_table_names(declared):
-    from trainwire_worker.backends import get_backend
+def test_the_worker_and_the_coordinator_each_have_their_half(declared):
+    from trainwire_coordinator.backends import CoordinatorBackend
+    from trainwire_coordinator.backends import get_backend as coordinator_half
+    from trainwire_worker.backends import WorkerBackend
+    from trainwire_worker.backends import get_backend as worker_half
 
-    assert type(get_backend(declared.name)) is declared.backend_class()
+    worker, coordinator = worker_half(declared.name), coordinator_half(declared.name)
+    assert isinstance(worker, WorkerBackend) and worker.name == declared.name and worker.module
+    assert isinstance(coordinator, CoordinatorBackend) and coordinator.name == declared.name
 
 
-def test_an_unknown_framework_is_refused_naming_the_field():
-    from trainwire_worker.backends import get_backend
+@pytest.mark.parametrize("group", [frameworks.WORKER_BACKENDS_GROUP, frameworks.COORDINATOR_BACKENDS_GROUP])
+def test_each_half_registers_exactly_the_tables_frameworks(group):
+    from importlib.metadata import entry_points
+
+    assert sorted(ep.name for ep in entry_points(group=group)) == frameworks.names()
+
+
+@pytest.mark.parametrize("side", ["worker", "coordinator"])
+def test_an_unknown_framework_is_refused_naming_the_field(side):
+    from trainwire_coordinator.backends import get_backend as coordinator_half
+    from trainwire_worker.backends import get_backend as worker_half
 
     with pytest.raises(InvalidArgumentError) as info:
-        get_backend("caffe")
+        (worker_half if side == "worker" else coordinator_half)("caffe")
     assert info.value.field == "framework"
     assert "huggingface" in info.value.message
 
 
 def test_model_files_written_by_trainers_and_workers_come_from_the_table():
-    from trainwire.lightgbm import trainer as lightgbm_trainer
-    from trainwire.xgboost.trainer import XGBoostCheckpoint
+    from trainwire.lightgbm import checkpoint as lightgbm_checkpoint
+    from trainwire.xgboost.checkpoint import XGBoostCheckpoint
     from trainwire_worker.backends import lightgbm, sklearn, xgboost
 
     table = frameworks.frameworks()
     assert XGBoostCheckpoint.MODEL_FILENAME == xgboost.MODEL_FILENAME == table["xgboost"].model_file
     assert lightgbm.MODEL_FILENAME == table["lightgbm"].model_file
-    assert lightgbm_trainer.MODEL_FILENAME == table["lightgbm"].model_file
+    assert lightgbm_checkpoint.MODEL_FILENAME == table["lightgbm"].model_file
     assert sklearn.MODEL_FILENAME == table["sklearn"].model_file
 
 
@@ -71,7 +84,7 @@ def test_model_files_written_by_trainers_and_workers_come_from_the_table():
     ],
 )
 def test_the_predictor_tells_a_checkpoints_framework_from_the_table(tmp_path, files, manifest_framework, expected):
-    from trainwire.storage import MANIFEST_NAME, Store
+    from trainwire_core.storage import MANIFEST_NAME, Store
     from trainwire_predictor.model_repository import detect_framework
 
     store = Store(f"file://{tmp_path}")
@@ -83,7 +96,7 @@ def test_the_predictor_tells_a_checkpoints_framework_from_the_table(tmp_path, fi
 
 def test_reading_the_table_imports_no_framework():
     code = (
-        "import sys; from trainwire import frameworks; frameworks.frameworks(); "
+        "import sys; from trainwire_core import frameworks; frameworks.frameworks(); "
         "heavy = {'torch', 'tensorflow', 'xgboost', 'lightgbm', 'sklearn', 'transformers', 'ray'}; "
         "print(sorted(heavy & set(sys.modules)))"
     )

@@ -58,8 +58,8 @@ def with_model(message: dict) -> dict:
 @pytest.fixture(scope="module")
 def served_model(client, local_booster):
     """The in-process booster uploaded through the coordinator as run ``MODEL``; returns a local predictor."""
+    from trainwire.xgboost.checkpoint import XGBoostCheckpoint
     from trainwire.xgboost.predictor import XGBoostPredictor
-    from trainwire.xgboost.trainer import XGBoostCheckpoint
 
     ckpt = XGBoostCheckpoint.from_model(local_booster)
     client.upload_checkpoint(ckpt.path, MODEL)

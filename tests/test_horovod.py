@@ -11,9 +11,9 @@ import pandas as pd
 import pytest
 
 from trainwire import Checkpoint, RunConfig, ScalingConfig, train
-from trainwire.errors import InvalidArgumentError
 from trainwire.horovod import HorovodCheckpoint, HorovodConfig, HorovodPredictor, HorovodTrainer
 from trainwire.torch import TorchCheckpoint, TorchPredictor
+from trainwire_core.errors import InvalidArgumentError
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -199,7 +199,7 @@ def test_horovod_checkpoint_is_a_torch_checkpoint_and_predicts(first_run):
 
 
 def test_host_allocation_plan_across_nodes():
-    from trainwire_worker.backends.horovod import host_allocation_plan, slot_env
+    from trainwire_coordinator.backends.horovod import host_allocation_plan, slot_env
 
     envs = [slot_env(s) for s in host_allocation_plan(["n1", "n1", "n2", "n2", "n2"])]
     assert [e["HOROVOD_RANK"] for e in envs] == ["0", "1", "2", "3", "4"]
@@ -247,7 +247,7 @@ def test_a_failing_rank_fails_the_run_promptly(coordinator):
 
 
 def test_the_predictor_service_serves_horovod_checkpoints_as_torch(first_run, store):
-    from trainwire.frameworks import get_framework
+    from trainwire_core.frameworks import get_framework
     from trainwire_predictor.model_repository import detect_framework
 
     result, _ = first_run
@@ -259,7 +259,7 @@ def test_the_predictor_service_serves_horovod_checkpoints_as_torch(first_run, st
 def test_a_missing_horovod_names_the_build_script_not_pip(monkeypatch):
     import importlib.util
 
-    from trainwire.errors import FrameworkNotInstalledError, require_installed
+    from trainwire_core.errors import FrameworkNotInstalledError, require_installed
     from trainwire_worker.backends.horovod import HorovodBackend
 
     backend = HorovodBackend()

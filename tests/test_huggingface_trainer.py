@@ -17,7 +17,7 @@ import pytest
 from test_huggingface import MAX_STEPS, OFFLINE, SAVE_STEPS, minilm, sentiment_data
 
 from trainwire import RunConfig, ScalingConfig
-from trainwire.errors import InvalidArgumentError
+from trainwire_core.errors import InvalidArgumentError
 
 pytestmark = pytest.mark.timeout(420)
 

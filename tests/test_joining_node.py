@@ -24,7 +24,7 @@ from tests.test_coordinator_restart import CoordinatorProcess, _free_port
 from trainwire import RunConfig, ScalingConfig, train
 from trainwire.client import CoordinatorClient
 from trainwire.torch import TorchTrainer
-from trainwire.v1 import common_pb2
+from trainwire_core.v1 import common_pb2
 
 pytestmark = pytest.mark.timeout(240)
 

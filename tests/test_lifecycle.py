@@ -9,10 +9,10 @@ import pytest
 
 from trainwire import RunConfig, ScalingConfig
 from trainwire.client import CoordinatorClient
-from trainwire.errors import NotFoundError, UnauthenticatedError
 from trainwire.torch import TorchTrainer
-from trainwire.v1 import common_pb2
 from trainwire.xgboost import XGBoostTrainer
+from trainwire_core.errors import NotFoundError, UnauthenticatedError
+from trainwire_core.v1 import common_pb2
 
 pytestmark = pytest.mark.timeout(180)
 

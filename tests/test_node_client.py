@@ -76,9 +76,9 @@ def run_node(node_dir: Path, args: list[str], env: dict[str, str] | None = None)
 def test_quickstart_fits_watches_and_predicts(
     node_dir, coordinator_address, token_predictor, client, cancer_data, tmp_path
 ):
-    from trainwire.v1 import common_pb2
     from trainwire.xgboost import XGBoostCheckpoint
     from trainwire.xgboost.predictor import XGBoostPredictor
+    from trainwire_core.v1 import common_pb2
 
     train_df, valid_df = cancer_data
     train_csv, valid_parquet, rows_csv = tmp_path / "train.csv", tmp_path / "valid.parquet", tmp_path / "rows.csv"

@@ -38,7 +38,7 @@ COMMON = textwrap.dedent(
 
     import trainwire
     from trainwire import RunConfig, ScalingConfig, train
-    from trainwire.v1 import common_pb2
+    from trainwire_core.v1 import common_pb2
 
     CPUS = os.cpu_count()
     client = trainwire.init()

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from trainwire import CheckpointConfig, RunConfig, ScalingConfig
-from trainwire.errors import InvalidArgumentError
 from trainwire.rllib import RLCheckpoint, RLPredictor, RLTrainer
+from trainwire_core.errors import InvalidArgumentError
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -5,8 +5,6 @@ from __future__ import annotations
 import pytest
 
 from trainwire import FailureConfig, ScalingConfig
-from trainwire.errors import InvalidArgumentError
-from trainwire.v1 import common_pb2
 from trainwire_coordinator.failure_policy import FailurePolicy
 from trainwire_coordinator.run_state import (
     ACTIVE,
@@ -25,6 +23,8 @@ from trainwire_coordinator.run_state import (
     after_attempt,
     check_transition,
 )
+from trainwire_core.errors import InvalidArgumentError
+from trainwire_core.v1 import common_pb2
 
 ERROR = common_pb2.WorkerError(world_rank=1, exc_type="RuntimeError", message="boom")
 

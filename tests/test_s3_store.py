@@ -23,8 +23,8 @@ import pyarrow.fs as pafs
 import pytest
 
 from trainwire.checkpoint import METADATA_NAME, Checkpoint
-from trainwire.errors import NotFoundError
-from trainwire.storage import INDEX_NAME, MANIFEST_NAME, Store
+from trainwire_core.errors import NotFoundError
+from trainwire_core.storage import INDEX_NAME, MANIFEST_NAME, Store
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -243,8 +243,8 @@ def test_xgboost_fit_with_the_store_on_s3(s3_coordinator, bucket_fs, cancer_data
 
     from trainwire import RunConfig, ScalingConfig
     from trainwire.client import CoordinatorClient
-    from trainwire.v1 import common_pb2
     from trainwire.xgboost import XGBoostTrainer
+    from trainwire_core.v1 import common_pb2
 
     _, address = s3_coordinator
     client = CoordinatorClient(address)

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from trainwire.v1 import common_pb2
+from trainwire_core.v1 import common_pb2
 
 
 def _sleeping_loop(config):
@@ -90,7 +90,7 @@ def test_sigterm_ends_the_coordinator_within_10s_while_a_fit_runs(coordinator_pr
 
 _STUCK_SERVER = """
 import asyncio, sys, time
-from trainwire.serving import serve_until_signalled
+from trainwire_core.serving import serve_until_signalled
 
 class Stuck:
     address = ""

@@ -6,8 +6,8 @@ import pytest
 from sklearn.ensemble import RandomForestClassifier
 
 from trainwire import RunConfig
-from trainwire.errors import InvalidArgumentError
 from trainwire.sklearn import SklearnCheckpoint, SklearnTrainer
+from trainwire_core.errors import InvalidArgumentError
 
 pytestmark = pytest.mark.timeout(180)
 

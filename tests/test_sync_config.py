@@ -9,8 +9,8 @@ import time
 import pytest
 
 from trainwire import Checkpoint, RunConfig, ScalingConfig, SyncConfig, train
-from trainwire.errors import InvalidArgumentError
 from trainwire.torch import TorchTrainer
+from trainwire_core.errors import InvalidArgumentError
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -17,9 +17,9 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from trainwire.errors import UnavailableError
-from trainwire.tls import ClientTLS, open_channel
-from trainwire.v1 import common_pb2
+from trainwire_core.errors import UnavailableError
+from trainwire_core.tls import ClientTLS, open_channel
+from trainwire_core.v1 import common_pb2
 
 
 def _name(cn: str) -> x509.Name:
@@ -160,7 +160,7 @@ def test_mutual_tls_coordinator(ray_cluster, tmp_path, pki, cancer_data):
 
 def test_tls_predictor_and_sdk_client(tmp_path, pki, monkeypatch):
     from trainwire.predictor_client import PredictorClient
-    from trainwire.serving import ServerThread
+    from trainwire_core.serving import ServerThread
     from trainwire_predictor.server import PredictorServer
     from trainwire_predictor.settings import PredictorSettings
 

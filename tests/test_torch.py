@@ -14,7 +14,7 @@ import pytest
 from trainwire import Checkpoint, RunConfig, ScalingConfig, TrainingFailedError, train
 from trainwire.torch import TorchCheckpoint, TorchTrainer, prepare_model
 from trainwire.trainer import BaseTrainer
-from trainwire.v1 import common_pb2
+from trainwire_core.v1 import common_pb2
 
 pytestmark = pytest.mark.timeout(240)
 

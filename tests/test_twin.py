@@ -74,10 +74,12 @@ def test_fit_on_the_twin_served_by_every_predictor_replica(tmp_path: Path):
         assert len({r["netns"] for r in replicas.values()}) == len(replicas), "one namespace per replica"
         assert len({r["ip"] for r in replicas.values()}) == len(replicas), "one address per replica"
 
-        aws = {
-            k: v
-            for k, v in load_compose(COMPOSE_FILE, ENV_FILE)["services"]["predictor"]["environment"].items()
-            if k.startswith("AWS_")
+        services = load_compose(COMPOSE_FILE, ENV_FILE)["services"]
+        aws = {k: v for k, v in services["predictor"]["environment"].items() if k.startswith("AWS_")}
+        # The deployment refuses clients without its tokens.
+        tokens = {
+            "TRAINWIRE_TOKEN": services["coordinator"]["environment"]["TRAINWIRE_COORDINATOR_AUTH_TOKEN"],
+            "TRAINWIRE_PREDICTOR_TOKEN": services["predictor"]["environment"]["TRAINWIRE_PREDICTOR_AUTH_TOKEN"],
         }
         home = tmp_path / "client-home"
         home.mkdir()
@@ -88,6 +90,7 @@ def test_fit_on_the_twin_served_by_every_predictor_replica(tmp_path: Path):
             "TRAINWIRE_ADDRESS": "coordinator:50051",  # by service name, from the client host
             "GRPC_DNS_RESOLVER": "native",  # c-ares merges hosts-file lines that share a name
             **aws,
+            **tokens,
         }
         client = replicas["client"]["netns"]
         for address in ("coordinator:50051", "predictor-1:8001", "predictor-2:8001"):

@@ -49,12 +49,12 @@ class Twin:
         self.state_path = state_path
         self.state = json.loads(state_path.read_text())
         self.replicas = self.state["replicas"]
-        aws = {
-            k: v
-            for k, v in load_compose(REPO / "docker-compose.yml", REPO / ".env.example")["services"]["coordinator"][
-                "environment"
-            ].items()
-            if k.startswith("AWS_")
+        services = load_compose(REPO / "docker-compose.yml", REPO / ".env.example")["services"]
+        aws = {k: v for k, v in services["coordinator"]["environment"].items() if k.startswith("AWS_")}
+        # The deployment refuses clients without its tokens.
+        tokens = {
+            "TRAINWIRE_TOKEN": services["coordinator"]["environment"]["TRAINWIRE_COORDINATOR_AUTH_TOKEN"],
+            "TRAINWIRE_PREDICTOR_TOKEN": services["predictor"]["environment"]["TRAINWIRE_PREDICTOR_AUTH_TOKEN"],
         }
         self.env = {
             "PATH": f"{Path(sys.executable).parent}:/usr/sbin:/usr/bin:/sbin:/bin",
@@ -63,6 +63,7 @@ class Twin:
             "TRAINWIRE_ADDRESS": "coordinator:50051",  # by service name, from the client host
             "GRPC_DNS_RESOLVER": "native",  # c-ares merges hosts-file lines that share a name
             **aws,
+            **tokens,
         }
 
     def ip(self, replica: str) -> str:

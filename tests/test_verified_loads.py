@@ -14,8 +14,8 @@ import pytest
 
 from trainwire.checkpoint import Checkpoint
 from trainwire.config import CheckpointConfig
-from trainwire.errors import DataLossError, error_for_code
-from trainwire.storage import MANIFEST_NAME, Store
+from trainwire_core.errors import DataLossError, error_for_code
+from trainwire_core.storage import MANIFEST_NAME, Store
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -39,7 +39,7 @@ def booster(frame):
 
 def commit(store: Store, run_id: str, booster) -> str:
     """Commits an XGBoost checkpoint the way the coordinator does; returns its directory."""
-    from trainwire.xgboost.trainer import XGBoostCheckpoint
+    from trainwire.xgboost.checkpoint import XGBoostCheckpoint
     from trainwire_coordinator.checkpoint_manager import CheckpointManager
 
     local = XGBoostCheckpoint.from_model(booster)
@@ -118,22 +118,22 @@ def test_changed_size_and_missing_file_refused(store, booster, tmp_path):
 
 
 def test_checkpoint_without_manifest_is_not_checked(booster, tmp_path):
-    from trainwire.xgboost.trainer import XGBoostCheckpoint
+    from trainwire.xgboost.checkpoint import XGBoostCheckpoint
 
     ckpt = XGBoostCheckpoint.from_model(booster)
     assert os.path.exists(os.path.join(ckpt.to_directory(tmp_path / "copy"), "model.ubj"))
 
 
 def test_data_loss_maps_both_ways():
-    from trainwire.grpc_status import to_status
+    from trainwire_core.grpc_status import to_status
 
     assert to_status(DataLossError("file 'x' is corrupt")).code == grpc.StatusCode.DATA_LOSS
     assert isinstance(error_for_code(grpc.StatusCode.DATA_LOSS, "m"), DataLossError)
 
 
 def test_predictor_refuses_a_corrupt_checkpoint_once_checked_and_others_keep_serving(store, booster, frame):
-    from trainwire.inference import grpc_service_pb2_grpc as pb_grpc
     from trainwire.predictor_client import PredictorClient, encode_request
+    from trainwire_core.inference import grpc_service_pb2_grpc as pb_grpc
     from trainwire_predictor.server import PredictorThread
     from trainwire_predictor.settings import PredictorSettings
 
@@ -169,8 +169,8 @@ def test_predictor_refuses_a_corrupt_checkpoint_once_checked_and_others_keep_ser
 
 def test_the_predictors_compiled_cache_is_not_part_of_the_checkpoint(coordinator, client, store, tmp_path):
     """``.compiled/`` beside a model is the predictor's cache: not copied out, not uploadable."""
-    from trainwire.errors import InvalidArgumentError
-    from trainwire.manifest import COMPILED_DIR
+    from trainwire_core.errors import InvalidArgumentError
+    from trainwire_core.manifest import COMPILED_DIR
 
     src = tmp_path / "src"
     src.mkdir()
@@ -189,7 +189,7 @@ def test_the_predictors_compiled_cache_is_not_part_of_the_checkpoint(coordinator
 
 def test_the_client_refuses_a_download_path_outside_the_target(tmp_path, monkeypatch):
     from trainwire.client import CoordinatorClient
-    from trainwire.v1 import coordinator_pb2
+    from trainwire_core.v1 import coordinator_pb2
 
     client = CoordinatorClient("127.0.0.1:1")
     monkeypatch.setattr(

@@ -10,12 +10,12 @@ from trainwire.batch_predictor import BatchPredictor
 from trainwire.checkpoint import Checkpoint
 from trainwire.client import CoordinatorClient
 from trainwire.config import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig, SyncConfig
-from trainwire.errors import TrainingFailedError, TrainwireError
 from trainwire.predictor import Predictor
 from trainwire.predictor_client import PredictorClient
 from trainwire.result import Result
 from trainwire.session_client import get_client, init, shutdown
 from trainwire.trainer import BaseTrainer, DataParallelTrainer
+from trainwire_core.errors import TrainingFailedError, TrainwireError
 
 __all__ = [
     "BaseTrainer",

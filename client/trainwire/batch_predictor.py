@@ -7,8 +7,8 @@ from typing import Any
 import pandas as pd
 
 from trainwire.checkpoint import Checkpoint
-from trainwire.errors import InvalidArgumentError
 from trainwire.predictor import Predictor
+from trainwire_core.errors import InvalidArgumentError
 
 
 class _ScoringActor:

@@ -12,8 +12,8 @@ from typing import Any
 
 import pyarrow.fs as pafs
 
-from trainwire.manifest import COMPILED_DIR, is_derived_path, verify_checkpoint
-from trainwire.storage import Store, resolve
+from trainwire_core.manifest import COMPILED_DIR, is_derived_path, verify_checkpoint
+from trainwire_core.storage import Store, resolve
 
 METADATA_NAME = ".metadata.json"
 PREPROCESSOR_NAME = "preprocessor.pkl"

@@ -7,14 +7,21 @@ import json
 import os
 import sys
 from collections.abc import Callable
+from importlib.metadata import EntryPoint, entry_points
 
 from google.protobuf import json_format
 
 from trainwire.client import CoordinatorClient
-from trainwire.errors import TrainwireError
-from trainwire.v1 import common_pb2
+from trainwire_core.errors import TrainwireError
+from trainwire_core.v1 import common_pb2
 
 DEFAULT_ADDRESS = "127.0.0.1:50051"
+# What the service commands that trainwire's own distributions register do (shown by --help).
+SERVICE_HELP = {
+    "coordinator": "run the coordinator service",
+    "predictor": "run the predictor service",
+    "ray-node-health": "exit 0 when this host's Ray node is live in the cluster (a probe)",
+}
 
 
 def _client(args: argparse.Namespace) -> CoordinatorClient:
@@ -27,11 +34,12 @@ def _print_json(message: object) -> None:
 
 def _runs_list(args: argparse.Namespace) -> None:
     states = [common_pb2.RunState.Value(s.upper()) for s in args.state]
-    response = _client(args).list_runs(states, args.page_size, args.page_token)
-    print(f"{'RUN ID':<18} {'NAME':<24} {'STATE':<11} {'FRAMEWORK':<10} REASON")
+    response = _client(args).list_runs(states, args.page_size, args.page_token, submitted_by=args.submitted_by)
+    print(f"{'RUN ID':<18} {'NAME':<24} {'STATE':<11} {'FRAMEWORK':<11} {'BY':<12} REASON")
     for run in response.runs:
         state = common_pb2.RunState.Name(run.state)
-        print(f"{run.run_id:<18} {run.name[:24]:<24} {state:<11} {run.framework:<10} {run.state_reason}")
+        by = run.submitted_by[:12]
+        print(f"{run.run_id:<18} {run.name[:24]:<24} {state:<11} {run.framework:<11} {by:<12} {run.state_reason}")
     if response.next_page_token:
         print(f"next page: --page-token {response.next_page_token}")
 
@@ -63,7 +71,7 @@ def _health(args: argparse.Namespace) -> int:
     import grpc
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-    from trainwire.tls import ClientTLS, open_channel
+    from trainwire_core.tls import ClientTLS, open_channel
 
     tls = ClientTLS.from_files(args.tls_ca or "", args.tls_cert or "", args.tls_key or "")
     options = [("grpc.ssl_target_name_override", args.tls_server_name)] if args.tls_server_name else []
@@ -79,22 +87,13 @@ def _health(args: argparse.Namespace) -> int:
     return 0 if response.status == health_pb2.HealthCheckResponse.SERVING else 1
 
 
-def _coordinator(argv: list[str]) -> None:
-    from trainwire_coordinator.server import main
-
-    main(argv)
-
-
-def _predictor(argv: list[str]) -> None:
-    from trainwire_predictor.server import main
-
-    main(argv)
+# Service commands (coordinator, predictor, node probe) belong to their own distributions, which
+# register them here; the SDK names none of them, and lists whichever are installed.
+COMMANDS_GROUP = "trainwire.commands"
 
 
-def _ray_node_health(argv: list[str]) -> int:
-    from trainwire_worker.node_health import main
-
-    return main(argv)
+def _service_commands() -> dict[str, EntryPoint]:
+    return {ep.name: ep for ep in entry_points(group=COMMANDS_GROUP)}
 
 
 def _predict(argv: list[str]) -> int:
@@ -103,13 +102,8 @@ def _predict(argv: list[str]) -> int:
     return predict_main(argv)
 
 
-# Subcommands that own their whole argument list.
-_PASSTHROUGH: dict[str, Callable[[list[str]], int | None]] = {
-    "coordinator": _coordinator,
-    "predictor": _predictor,
-    "predict": _predict,
-    "ray-node-health": _ray_node_health,
-}
+# Subcommands of the SDK's own that own their whole argument list.
+_PASSTHROUGH: dict[str, Callable[[list[str]], int | None]] = {"predict": _predict}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -117,19 +111,17 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--address", help=f"coordinator host:port (default: $TRAINWIRE_ADDRESS or {DEFAULT_ADDRESS})")
     parser.add_argument("--token", default=os.environ.get("TRAINWIRE_TOKEN"), help="bearer token")
     sub = parser.add_subparsers(dest="command", required=True)
-    for name, help_text in [
-        ("coordinator", "run the coordinator service"),
-        ("predictor", "run the predictor service"),
-        ("predict", "ask a predictor for predictions"),
-        ("ray-node-health", "exit 0 when this host's Ray node is live in the cluster (a probe)"),
-    ]:
-        sub.add_parser(name, help=help_text, add_help=False)
+    sub.add_parser("predict", help="ask a predictor for predictions", add_help=False)
+    for name, ep in sorted(_service_commands().items()):
+        dist = ep.dist.name if ep.dist is not None else "a plugin"
+        sub.add_parser(name, help=f"{SERVICE_HELP.get(name, 'a service command')} (from {dist})", add_help=False)
 
     runs = sub.add_parser("runs", help="list, show, watch and cancel runs").add_subparsers(dest="action", required=True)
     p = runs.add_parser("list", help="list runs, newest first")
     p.add_argument("--state", action="append", default=[], choices=[s.lower() for s in common_pb2.RunState.keys()][1:])
     p.add_argument("--page-size", type=int, default=50)
     p.add_argument("--page-token", default="")
+    p.add_argument("--submitted-by", default="", help="only runs started with this token name")
     p.set_defaults(fn=_runs_list)
     for action, fn, help_text in [
         ("show", _runs_show, "show a run as JSON"),
@@ -166,6 +158,8 @@ def main(argv: list[str] | None = None) -> int:
         if word in _PASSTHROUGH:
             return _PASSTHROUGH[word](argv[i + 1 :]) or 0
         if not word.startswith("-"):
+            if (service := _service_commands().get(word)) is not None:
+                return service.load()(argv[i + 1 :]) or 0
             break
     args = build_parser().parse_args(argv)
     try:

@@ -12,12 +12,12 @@ from pathlib import Path
 import grpc
 import pyarrow as pa
 
-from trainwire.errors import DataLossError, NotFoundError
-from trainwire.grpc_status import from_rpc_error
-from trainwire.serving import KEEPALIVE_CLIENT_OPTIONS, message_size_options
-from trainwire.storage import is_relative_path
-from trainwire.tls import ClientTLS, open_channel
-from trainwire.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc
+from trainwire_core.errors import DataLossError, NotFoundError
+from trainwire_core.grpc_status import from_rpc_error
+from trainwire_core.serving import KEEPALIVE_CLIENT_OPTIONS, message_size_options
+from trainwire_core.storage import is_relative_path
+from trainwire_core.tls import ClientTLS, open_channel
+from trainwire_core.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc
 
 UPLOAD_CHUNK_BYTES = 1 << 20
 
@@ -34,7 +34,7 @@ class CoordinatorClient:
 
     Args:
         address: ``host:port`` of the coordinator.
-        token: Bearer token, when the coordinator requires one.
+        token: Bearer token, when the coordinator requires one (default: ``$TRAINWIRE_TOKEN``).
         max_message_bytes: Largest message to send or receive.
     """
 
@@ -47,6 +47,7 @@ class CoordinatorClient:
         tls: ClientTLS | None = None,
     ) -> None:
         self.address = address
+        token = token if token is not None else os.environ.get("TRAINWIRE_TOKEN")
         self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
         tls = tls if tls is not None else ClientTLS.from_files()
         self.channel = open_channel(address, [*message_size_options(max_message_bytes), *KEEPALIVE_CLIENT_OPTIONS], tls)
@@ -65,12 +66,13 @@ class CoordinatorClient:
         return self._call("GetRun", coordinator_pb2.GetRunRequest(run_id=run_id))
 
     def list_runs(
-        self, states: list[int] | None = None, page_size: int = 100, page_token: str = ""
+        self, states: list[int] | None = None, page_size: int = 100, page_token: str = "", *, submitted_by: str = ""
     ) -> coordinator_pb2.ListRunsResponse:
-        return self._call(
-            "ListRuns",
-            coordinator_pb2.ListRunsRequest(states=states or [], page_size=page_size, page_token=page_token),
+        """Runs, newest first; ``submitted_by`` keeps only those started with that token name."""
+        request = coordinator_pb2.ListRunsRequest(
+            states=states or [], page_size=page_size, page_token=page_token, submitted_by=submitted_by
         )
+        return self._call("ListRuns", request)
 
     def cancel_run(self, run_id: str) -> coordinator_pb2.Run:
         return self._call("CancelRun", coordinator_pb2.CancelRunRequest(run_id=run_id))
@@ -127,7 +129,7 @@ class CoordinatorClient:
         """Uploads a local checkpoint directory; it becomes the checkpoint of a new run named ``run_name``."""
         from google.protobuf import json_format
 
-        from trainwire.storage import Store
+        from trainwire_core.storage import Store
 
         root = Path(directory)
         files = sorted(p for p in root.rglob("*") if p.is_file())

@@ -9,8 +9,8 @@ from typing import Literal
 
 from google.protobuf import json_format, message, struct_pb2
 
-from trainwire.errors import InvalidArgumentError
-from trainwire.v1 import common_pb2
+from trainwire_core.errors import InvalidArgumentError
+from trainwire_core.v1 import common_pb2
 
 _STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
 

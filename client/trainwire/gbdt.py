@@ -1,15 +1,13 @@
-"""What XGBoost and LightGBM share: the declarative trainer, and predictors that may score with a compiled forest."""
+"""What XGBoost and LightGBM share: the declarative trainer."""
 
 from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
-from trainwire.errors import InvalidArgumentError
-from trainwire.structs import to_struct
 from trainwire.trainer import BaseTrainer
-from trainwire.v1 import coordinator_pb2
+from trainwire_core.errors import InvalidArgumentError
+from trainwire_core.structs import to_struct
+from trainwire_core.v1 import coordinator_pb2
 
 
 class GBDTTrainer(BaseTrainer):
@@ -57,29 +55,3 @@ class GBDTTrainer(BaseTrainer):
                 dmatrix_params=to_struct(self.dmatrix_params, "gbdt.dmatrix_params"),
             )
         )
-
-
-class CompiledTreesMixin:
-    """A tree-model Predictor that scores with a compiled forest once one is set.
-
-    The predictor service compiles boosters (``trainwire_predictor.compiled_trees``)
-    and hands the result to ``use_compiled``; until then, and for any call with
-    framework-specific predict arguments, the framework's own predict scores.
-    The compiled object needs ``predict(data: np.ndarray) -> np.ndarray``.
-    """
-
-    compiled: Any = None
-
-    def use_compiled(self, compiled: Any) -> None:
-        """Scores with ``compiled`` from now on (None: the framework's predict again)."""
-        self.compiled = compiled
-
-    def framework_predict(self, data: np.ndarray, **kwargs: Any) -> np.ndarray:
-        """The framework's own predict on a 2-D array, compiled forest or not."""
-        raise NotImplementedError
-
-    def _predict_numpy(self, data: np.ndarray, **kwargs: Any) -> np.ndarray:
-        compiled = self.compiled
-        if compiled is not None and not kwargs:
-            return compiled.predict(data)
-        return self.framework_predict(data, **kwargs)

@@ -18,8 +18,8 @@ import numpy as np
 import pandas as pd
 
 from trainwire.checkpoint import Checkpoint
-from trainwire.errors import InvalidArgumentError
 from trainwire.preprocessor_transforms import Columns, Vectorised, vectorise
+from trainwire_core.errors import InvalidArgumentError
 
 DataBatch = pd.DataFrame | np.ndarray | dict[str, np.ndarray]
 PREDICTIONS = "predictions"
@@ -92,13 +92,13 @@ class Predictor:
     def predict_columns(self, data: DataBatch, **predict_kwargs: Any) -> dict[str, np.ndarray]:
         """What ``predict`` computes, as output column name -> 1-D array (no DataFrame built)."""
         if self.preprocessor is None and not self.takes_frame:
-            out = self._predict_numpy(self._to_matrix(data, self.model_columns), **predict_kwargs)
+            out = self._score(self._to_matrix(data, self.model_columns), **predict_kwargs)
         elif (columns := self._preprocess_vectorised(data)) is not None:
             if self.takes_frame:
                 frame = self._select(pd.DataFrame(columns, copy=False), self.model_columns)
                 out = self._predict_pandas(frame, **predict_kwargs)
             else:
-                out = self._predict_numpy(self._columns_matrix(columns, self.model_columns), **predict_kwargs)
+                out = self._score(self._columns_matrix(columns, self.model_columns), **predict_kwargs)
         else:
             frame = self._to_frame(data)
             if self.preprocessor is not None:
@@ -106,7 +106,7 @@ class Predictor:
             if self.takes_frame:
                 out = self._predict_pandas(self._select(frame, self.model_columns), **predict_kwargs)
             else:
-                out = self._predict_numpy(self._to_matrix(frame, self.model_columns), **predict_kwargs)
+                out = self._score(self._to_matrix(frame, self.model_columns), **predict_kwargs)
         return prediction_columns(out)
 
     def _preprocess_vectorised(self, data: DataBatch) -> Columns | None:
@@ -155,6 +155,26 @@ class Predictor:
         if len(arrays) == 1 and arrays[0].ndim == 2:
             return arrays[0]
         return np.column_stack(arrays)
+
+    # --- a compiled twin ------------------------------------------------------
+    # A service may hand a predictor a compiled twin of its model (the predictor service compiles
+    # tree models): anything with ``predict(2-D array)`` giving the same outputs, used for every
+    # call without framework-specific arguments.
+    compiled: Any = None
+
+    def use_compiled(self, compiled: Any) -> None:
+        """Scores with ``compiled`` from now on (None: the framework's own predict again)."""
+        self.compiled = compiled
+
+    def framework_predict(self, data: np.ndarray, **kwargs: Any) -> Any:
+        """The framework's own scoring of a 2-D array, compiled twin or not."""
+        return self._predict_numpy(data, **kwargs)
+
+    def _score(self, data: np.ndarray, **kwargs: Any) -> Any:
+        compiled = self.compiled
+        if compiled is not None and not kwargs:
+            return compiled.predict(data)
+        return self._predict_numpy(data, **kwargs)
 
     # --- what a framework implements -------------------------------------------
     def _predict_numpy(self, data: np.ndarray, **kwargs: Any) -> Any:

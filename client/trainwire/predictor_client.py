@@ -24,6 +24,7 @@ from __future__ import annotations
 import functools
 import itertools
 import json
+import os
 import time
 from collections import deque
 from collections.abc import Iterable, Iterator
@@ -34,14 +35,14 @@ import grpc
 import numpy as np
 import pandas as pd
 
-from trainwire.errors import TrainwireError, error_for_code
-from trainwire.grpc_status import from_rpc_error
-from trainwire.inference import grpc_service_pb2 as pb
-from trainwire.inference import grpc_service_pb2_grpc as pb_grpc
-from trainwire.inference.codec import datatype_of, from_contents, from_raw, to_raw
 from trainwire.predictor import DataBatch
-from trainwire.serving import KEEPALIVE_CLIENT_OPTIONS, message_size_options
-from trainwire.tls import ClientTLS, open_channel
+from trainwire_core.errors import TrainwireError, error_for_code
+from trainwire_core.grpc_status import from_rpc_error
+from trainwire_core.inference import grpc_service_pb2 as pb
+from trainwire_core.inference import grpc_service_pb2_grpc as pb_grpc
+from trainwire_core.inference.codec import datatype_of, from_contents, from_raw, to_raw
+from trainwire_core.serving import KEEPALIVE_CLIENT_OPTIONS, message_size_options
+from trainwire_core.tls import ClientTLS, open_channel
 
 # Name of the single tensor a 2-D numpy array is sent as.
 MATRIX_INPUT = "input"
@@ -211,7 +212,8 @@ class PredictorClient:
         timeout_s: Deadline of each unary call (``predict``: of everything it sends for one batch).
         max_message_bytes: Largest message to send or receive.
         tls: What to trust and present (default: the ``TRAINWIRE_TLS_*`` environment, else plaintext).
-        token: Bearer token, when the predictor requires one (its ``auth_token``).
+        token: Bearer token, when the predictor requires one (its ``auth_token``; default:
+            ``$TRAINWIRE_PREDICTOR_TOKEN``, else ``$TRAINWIRE_TOKEN``).
         load_balancing: gRPC balancing policy over the target's addresses: ``round_robin`` (unready
             replicas are skipped) or ``pick_first``.
         max_attempts: Tries of a call that a replica answers UNAVAILABLE (a gRPC retry policy, within
@@ -231,6 +233,8 @@ class PredictorClient:
     ) -> None:
         self.address = address
         self.timeout_s = timeout_s
+        if token is None:
+            token = os.environ.get("TRAINWIRE_PREDICTOR_TOKEN") or os.environ.get("TRAINWIRE_TOKEN")
         self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
         tls = tls if tls is not None else ClientTLS.from_files()
         options: list[tuple[str, Any]] = [

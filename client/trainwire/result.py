@@ -8,8 +8,8 @@ from typing import Any
 import pandas as pd
 
 from trainwire.checkpoint import Checkpoint
-from trainwire.structs import struct_to_dict
-from trainwire.v1 import common_pb2, coordinator_pb2
+from trainwire_core.structs import struct_to_dict
+from trainwire_core.v1 import common_pb2, coordinator_pb2
 
 
 @dataclass

@@ -10,7 +10,7 @@ import sys
 import threading
 
 from trainwire.client import CoordinatorClient
-from trainwire.errors import FrameworkNotInstalledError, UnavailableError
+from trainwire_core.errors import FrameworkNotInstalledError, UnavailableError
 
 _lock = threading.Lock()
 _client: CoordinatorClient | None = None
@@ -55,11 +55,14 @@ def _supervise(proc: subprocess.Popen, cmd: list[str]) -> None:
 
 def _start_embedded(store: str | None, state: str | None, num_cpus: int | None) -> str:
     global _embedded
-    import importlib.util
+    from importlib.metadata import entry_points
 
-    if importlib.util.find_spec("trainwire_coordinator") is None:
+    from trainwire.cli import COMMANDS_GROUP
+
+    # The coordinator distribution registers its command with the CLI; the SDK only runs it.
+    if not entry_points(group=COMMANDS_GROUP, name="coordinator"):
         raise FrameworkNotInstalledError("an embedded coordinator", "trainwire-coordinator")
-    cmd = [sys.executable, "-m", "trainwire_coordinator", "--exit-with-parent"]
+    cmd = [sys.executable, "-m", "trainwire.cli", "coordinator", "--exit-with-parent"]
     if store:
         cmd += ["--store", store]
     if state:

@@ -15,12 +15,12 @@ import pyarrow as pa
 from trainwire.checkpoint import Checkpoint
 from trainwire.client import TERMINAL_STATES, CoordinatorClient
 from trainwire.config import RunConfig, ScalingConfig
-from trainwire.errors import InvalidArgumentError, TrainingFailedError
 from trainwire.progress import RunProgress
 from trainwire.result import Result
 from trainwire.session_client import get_client
-from trainwire.structs import struct_to_dict, to_struct
-from trainwire.v1 import common_pb2, coordinator_pb2
+from trainwire_core.errors import InvalidArgumentError, TrainingFailedError
+from trainwire_core.structs import struct_to_dict, to_struct
+from trainwire_core.v1 import common_pb2, coordinator_pb2
 
 DatasetLike = pd.DataFrame | pa.Table | str
 

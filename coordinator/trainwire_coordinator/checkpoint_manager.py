@@ -11,8 +11,8 @@ from google.protobuf import json_format, timestamp_pb2
 
 from trainwire.checkpoint import PREPROCESSOR_NAME
 from trainwire.config import CheckpointConfig
-from trainwire.storage import MANIFEST_NAME, Store
-from trainwire.v1 import common_pb2
+from trainwire_core.storage import MANIFEST_NAME, Store
+from trainwire_core.v1 import common_pb2
 
 
 def flatten_metrics(metrics: dict[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -11,11 +11,12 @@ from typing import Any
 from google.protobuf import json_format
 
 from trainwire.config import CheckpointConfig, check_structs
-from trainwire.errors import InvalidArgumentError
-from trainwire.manifest import is_derived_path
-from trainwire.storage import MANIFEST_NAME, ManifestEntry, Store, is_relative_path
-from trainwire.v1 import coordinator_pb2
 from trainwire_coordinator.checkpoint_manager import CheckpointManager
+from trainwire_coordinator.uploads import read_upload
+from trainwire_core.errors import InvalidArgumentError
+from trainwire_core.manifest import is_derived_path
+from trainwire_core.storage import MANIFEST_NAME, ManifestEntry, Store, is_relative_path
+from trainwire_core.v1 import coordinator_pb2
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 UPLOADED_CHECKPOINT_ID = "checkpoint_000001"
@@ -62,55 +63,47 @@ async def receive_checkpoint(
     store: Store, run_id: str, requests: AsyncIterator[coordinator_pb2.UploadCheckpointRequest]
 ) -> tuple[coordinator_pb2.UploadCheckpointHeader, CheckpointManager]:
     """Writes the uploaded files and commits them; nothing stays behind on bad input."""
-    header = None
     expected: dict[str, Any] = {}
     received: dict[str, tuple[int, Any]] = {}  # path -> (bytes so far, sha256 state)
     directory = store.checkpoint_dir(run_id, UPLOADED_CHECKPOINT_ID)
     current: tuple[str, Any] | None = None
+
+    def check_header(first: coordinator_pb2.UploadCheckpointHeader) -> None:
+        expected.update(_check_header(first))
+
+    def take_chunk(chunk: coordinator_pb2.FileChunk) -> None:
+        nonlocal current
+        if chunk.path not in expected:
+            raise InvalidArgumentError(f"chunk for {chunk.path!r}, which the header does not list", field="chunk.path")
+        size, digest = received.get(chunk.path, (0, hashlib.sha256()))
+        if chunk.offset != size:
+            raise InvalidArgumentError(
+                f"chunk of {chunk.path!r} at offset {chunk.offset}, expected {size}", field="chunk.offset"
+            )
+        if size + len(chunk.data) > expected[chunk.path].size_bytes:
+            raise InvalidArgumentError(
+                f"file {chunk.path!r} is longer than its size_bytes={expected[chunk.path].size_bytes}; "
+                "nothing was stored",
+                field="chunk.data",
+            )
+        if current is None or current[0] != chunk.path:
+            if current is not None:
+                current[1].close()
+            target = f"{directory}/{chunk.path}"
+            store.fs.create_dir(posixpath.dirname(target), recursive=True)
+            current = (
+                chunk.path,
+                store.fs.open_append_stream(target) if size else store.fs.open_output_stream(target),
+            )
+        current[1].write(chunk.data)
+        digest.update(chunk.data)
+        received[chunk.path] = (size + len(chunk.data), digest)
+
     try:
-        async for req in requests:
-            part = req.WhichOneof("part")
-            if header is None:
-                if part != "header":
-                    raise InvalidArgumentError("the first message of an upload must be a header", field="header")
-                header = req.header
-                expected = _check_header(header)
-                continue
-            if part != "chunk":
-                raise InvalidArgumentError("only one header per upload", field="header")
-            chunk = req.chunk
-            if chunk.path not in expected:
-                raise InvalidArgumentError(
-                    f"chunk for {chunk.path!r}, which the header does not list", field="chunk.path"
-                )
-            size, digest = received.get(chunk.path, (0, hashlib.sha256()))
-            if chunk.offset != size:
-                raise InvalidArgumentError(
-                    f"chunk of {chunk.path!r} at offset {chunk.offset}, expected {size}", field="chunk.offset"
-                )
-            if size + len(chunk.data) > expected[chunk.path].size_bytes:
-                raise InvalidArgumentError(
-                    f"file {chunk.path!r} is longer than its size_bytes={expected[chunk.path].size_bytes}; "
-                    "nothing was stored",
-                    field="chunk.data",
-                )
-            if current is None or current[0] != chunk.path:
-                if current is not None:
-                    current[1].close()
-                target = f"{directory}/{chunk.path}"
-                store.fs.create_dir(posixpath.dirname(target), recursive=True)
-                current = (
-                    chunk.path,
-                    store.fs.open_append_stream(target) if size else store.fs.open_output_stream(target),
-                )
-            current[1].write(chunk.data)
-            digest.update(chunk.data)
-            received[chunk.path] = (size + len(chunk.data), digest)
+        header = await read_upload(requests, check_header, take_chunk)
         if current is not None:
             current[1].close()
             current = None
-        if header is None:
-            raise InvalidArgumentError("empty upload: no header", field="header")
         for path, f in expected.items():
             size, digest = received.get(path, (0, hashlib.sha256()))
             if size != f.size_bytes or digest.hexdigest() != f.sha256:

@@ -1,7 +1,14 @@
 """The run controller: drives one run's worker groups through the lifecycle of ``run_state``.
 
-The controller does the work (placement, backend setup, training, reports); every state
-change goes through ``_transition``, and what follows an attempt is ``run_state.after_attempt``.
+As Ray Train V2's controller, it is a loop of attempts whose decisions are pure functions
+of ``run_state`` (``after_attempt``, ``group_size``, ``resize_target``, ``stop_reached``,
+``is_stale``) under the injected failure and scaling policies. What redirects a run from
+outside an attempt is one ``Signals`` object, what an elastic run remembers of a lost
+worker one ``LossMemory``. The work is done by collaborators behind small interfaces:
+``placement`` (reservations and worker groups), the warm pool, ``RunDatasets``
+(preprocessor fitting and sharding), the checkpoint manager and a clock; the defaults
+are Ray's, and tests drive the controller with fakes and no Ray. Every state change goes
+through ``_transition``.
 """
 
 from __future__ import annotations
@@ -11,30 +18,73 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
-import ray
-from ray.util.placement_group import placement_group, remove_placement_group
-
-from trainwire.dataset_schema import DatasetSchema
-from trainwire.errors import require_installed
-from trainwire.storage import Store
-from trainwire.structs import struct_to_dict
-from trainwire.tls import ClientTLS
 from trainwire.train.context import TrainContext
-from trainwire.v1 import common_pb2, coordinator_pb2, worker_reports_pb2
+from trainwire_coordinator.backends import CoordinatorBackend
 from trainwire_coordinator.checkpoint_manager import CheckpointManager, flatten_metrics
-from trainwire_coordinator.datasets import fit_wait_reason, report_if_slow, split_beside_reservation
+from trainwire_coordinator.datasets import RunDatasets, fit_wait_reason, report_if_slow
 from trainwire_coordinator.failure_policy import FailurePolicy
 from trainwire_coordinator.metrics import CoordinatorMetrics
-from trainwire_coordinator.placement import WorkerGroup, bundles_for, scaling_policy
-from trainwire_coordinator.preprocessors import build_preprocessor
-from trainwire_coordinator.run_state import TERMINAL, AttemptOutcome, after_attempt, check_transition
+from trainwire_coordinator.placement import bundles_for, scaling_policy
+from trainwire_coordinator.run_state import (
+    TERMINAL,
+    AttemptOutcome,
+    LossMemory,
+    Signals,
+    after_attempt,
+    check_transition,
+    group_size,
+    is_stale,
+    resize_target,
+    stop_reached,
+)
 from trainwire_coordinator.worker_pool import WorkerPool
-from trainwire_worker.backends.base import Backend
-from trainwire_worker.datasets import ShardSpec
+from trainwire_core.dataset_schema import DatasetSchema
+from trainwire_core.storage import Store
+from trainwire_core.structs import struct_to_dict
+from trainwire_core.tls import ClientTLS
+from trainwire_core.v1 import common_pb2, coordinator_pb2, worker_reports_pb2
+from trainwire_core.worker_runtime import WorkerRun
 
 logger = logging.getLogger(__name__)
+
+# How long an elastic group waits, after a rank fails, for Ray to report a dead actor.
+LOST_WORKER_GRACE_S = 20.0
+
+
+class Group(Protocol):
+    """What the controller needs of a worker group (``placement.WorkerGroup``)."""
+
+    metas: list[Any]
+
+    def __len__(self) -> int: ...
+
+    async def check_framework(self, framework: str) -> None: ...
+
+    def run(self, specs: list[WorkerRun]) -> list[Any]: ...
+
+    def shutdown(self, graceful: bool = False) -> None: ...
+
+
+class Placement(Protocol):
+    """Where groups come from (``placement.RayPlacement``)."""
+
+    def available(self) -> dict[str, float]: ...
+
+    def reserve(self, bundles: list[dict[str, float]], strategy: str) -> Any: ...
+
+    def release(self, reservation: Any) -> None: ...
+
+    async def start_group(
+        self, reservation: Any, num_workers: int, resources: dict[str, float], env: dict[str, str]
+    ) -> Group: ...
+
+
+def _ray_placement() -> Placement:
+    from trainwire_coordinator.placement import RayPlacement
+
+    return RayPlacement()
 
 
 @dataclass
@@ -52,17 +102,8 @@ class ControllerDeps:
     pending_reason_after_s: float = 1.0
     pool: WorkerPool = field(default_factory=lambda: WorkerPool(0))
     metrics: CoordinatorMetrics = field(default_factory=CoordinatorMetrics)
-
-
-def _check_framework(worker: Any, module: str, framework: str, package: str, install: str) -> None:
-    require_installed(module, framework, package, install)
-
-
-# How long an elastic group waits, after a rank fails, for Ray to report a dead actor.
-LOST_WORKER_GRACE_S = 20.0
-# After a lost worker, an elastic group does not grow for this long: long enough for Ray to declare
-# a lost node dead (until then its resources still look available).
-RESIZE_AFTER_LOSS_S = 60.0
+    placement: Placement = field(default_factory=_ray_placement)
+    clock: Callable[[], float] = time.monotonic
 
 
 def _error_from_exception(rank: int, attempt: int, exc: BaseException) -> common_pb2.WorkerError:
@@ -76,29 +117,24 @@ def _error_from_exception(rank: int, attempt: int, exc: BaseException) -> common
     )
 
 
-def _read(ds: DatasetSchema) -> Any:
-    import ray.data
-
-    return (ray.data.read_csv if ds.format == "csv" else ray.data.read_parquet)(ds.uri)
-
-
 class RunController:
     """Runs one run to its end: placement, backend setup, training, restarts.
 
     Args:
         run: The run's live view; the controller updates and saves it.
         request: The validated Fit request.
-        backend: The framework backend.
+        backend: The framework's coordinator half.
         datasets: Resolved datasets by name.
-        deps: Store, persistence and event hooks.
+        deps: Store, persistence, event hooks and the collaborators.
         policy: Decides restarts after failures.
+        checkpoints: Commits the run's checkpoints.
     """
 
     def __init__(
         self,
         run: coordinator_pb2.Run,
         request: coordinator_pb2.FitRequest,
-        backend: Backend,
+        backend: CoordinatorBackend,
         datasets: dict[str, DatasetSchema],
         deps: ControllerDeps,
         policy: FailurePolicy,
@@ -111,22 +147,14 @@ class RunController:
         self.deps = deps
         self.policy = policy
         self.checkpoints = checkpoints
+        self.data = RunDatasets(request, datasets, checkpoints)
         self.task: asyncio.Task | None = None
-        self._interrupt = asyncio.Event()
-        self._cancel_requested = False
-        # The coordinator is stopping: end the attempt, leave the run for its successor.
-        self._suspend_requested = False
-        self._stop_reached = False
         self.scaling = scaling_policy(request.scaling_config)
-        # The size of the current attempt's group, and the size the scaling policy asked for next.
+        self.signals = Signals()
+        self.losses = LossMemory()
+        # The size of the current attempt's group.
         self.world_size = 0
-        self._resize_to = 0
-        self._grow_to = 0
-        self._worker_lost = False
-        self._lost_at: float | None = None
-        # Committed checkpoints when a worker was last lost (an elastic run carries on once per checkpoint).
-        self._checkpoints_at_loss = -1
-        self._preprocessor: Any = None
+        self._interrupt = asyncio.Event()
         self._commit_lock = asyncio.Lock()
         self._pending: dict[int, dict[int, worker_reports_pb2.TrainingReport]] = {}
 
@@ -165,20 +193,16 @@ class RunController:
 
     async def suspend(self) -> None:
         """Ends the current attempt and leaves the run active for the next coordinator."""
-        if self.run.state in TERMINAL:
-            return
-        self._suspend_requested = True
-        self._interrupt.set()
-        if self.task is not None:
-            await asyncio.shield(self.task)
-
-    def _stop_requested(self) -> bool:
-        return self._cancel_requested or self._suspend_requested
+        await self._redirect(suspend=True)
 
     async def cancel(self) -> None:
+        await self._redirect(cancel=True)
+
+    async def _redirect(self, *, cancel: bool = False, suspend: bool = False) -> None:
         if self.run.state in TERMINAL:
             return
-        self._cancel_requested = True
+        self.signals.cancel |= cancel
+        self.signals.suspend |= suspend
         self._interrupt.set()
         if self.task is not None:
             await asyncio.shield(self.task)
@@ -200,28 +224,30 @@ class RunController:
         )
         await self.deps.save_run(self.run)
 
+    def _waiting_state(self) -> int:
+        return common_pb2.PENDING if self.attempt == 0 else common_pb2.RESTARTING
+
     async def _main(self) -> None:
         try:
             while True:
-                self._worker_lost = False
                 error = await self._run_attempt()
                 committed = len(self.checkpoints.checkpoints)
+                signals = self.signals
                 outcome = AttemptOutcome(
                     error=error,
-                    cancelled=self._cancel_requested,
-                    suspended=self._suspend_requested,
-                    stop_reached=self._stop_reached,
-                    resize_to=self._resize_to,
+                    cancelled=signals.cancel,
+                    suspended=signals.suspend,
+                    stop_reached=signals.stop_reached,
+                    resize_to=signals.resize_to,
                     world_size=self.world_size,
-                    worker_lost=self._worker_lost,
+                    worker_lost=signals.worker_lost,
                     elastic=self.scaling.elastic,
-                    progressed=self._checkpoints_at_loss < 0 or committed > self._checkpoints_at_loss,
+                    progressed=self.losses.progressed(committed),
                 )
                 decision = after_attempt(outcome, self.run.num_failures, self.policy)
-                if self._worker_lost:
-                    self._checkpoints_at_loss = committed
-                    self._lost_at = time.monotonic()
-                if error is not None and decision.state != common_pb2.CANCELLED and not self._suspend_requested:
+                if signals.worker_lost:
+                    self.losses.note_loss(committed, self.deps.clock())
+                if error is not None and decision.state != common_pb2.CANCELLED and not signals.suspend:
                     self.deps.metrics.worker_failures.labels(str(decision.counts_as_failure).lower()).inc()
                     await self.deps.emit(coordinator_pb2.RunEvent(run_id=self.run.run_id, worker_error=error))
                 if decision.counts_as_failure:
@@ -232,11 +258,10 @@ class RunController:
                 await self._transition(decision.state, decision.reason)
                 if not decision.restart:
                     return
-                self._grow_to = self._resize_to  # the size the policy chose, for the next group
-                self._resize_to = 0
-                cause = "failure" if decision.counts_as_failure else "lost_worker" if error is not None else "resize"
-                self.deps.metrics.restarts.labels(cause).inc()
+                self.losses.grow_to = decision.resize_to  # the size the policy chose, for the next group
+                self.deps.metrics.restarts.labels(decision.cause).inc()
                 self.run.attempt += 1
+                signals.next_attempt()
                 self._interrupt.clear()
                 await asyncio.to_thread(self.checkpoints.remove_uncommitted)
         except Exception as exc:  # noqa: BLE001 - a controller bug must still end the run
@@ -248,21 +273,21 @@ class RunController:
     async def _reserve(self, num_workers: int) -> Any:
         scaling = self.request.scaling_config
         bundles = bundles_for(scaling, num_workers)
-        pg = placement_group(bundles, strategy=scaling.placement_strategy or "PACK")
-        ready = asyncio.ensure_future(pg.ready())
+        placement = self.deps.placement
+        reservation = placement.reserve(bundles, scaling.placement_strategy or "PACK")
+        ready = asyncio.ensure_future(reservation.ready())
         done, _ = await asyncio.wait([ready], timeout=self.deps.pending_reason_after_s)
         if not done:
-            waiting = common_pb2.PENDING if self.attempt == 0 else common_pb2.RESTARTING
             await self._transition(
-                waiting,
+                self._waiting_state(),
                 f"waiting for resources: {num_workers} workers x {bundles[-1]} "
-                f"(cluster has {ray.available_resources()} available)",
+                f"(cluster has {placement.available()} available)",
             )
             interrupt = asyncio.ensure_future(self._interrupt.wait())
             await asyncio.wait([ready, interrupt], return_when=asyncio.FIRST_COMPLETED)
             interrupt.cancel()
             ready.cancel()  # no-op when ready; else the run was cancelled while waiting
-        return pg
+        return reservation
 
     def _pool_key(self, num_workers: int) -> tuple:
         scaling = self.request.scaling_config
@@ -270,8 +295,8 @@ class RunController:
         env = tuple(sorted(self.backend.worker_env(self.request).items()))
         return (self.backend.name, bundles, scaling.placement_strategy or "PACK", env)
 
-    async def _start_group(self) -> tuple[Any, WorkerGroup] | None:
-        """A warm group of the same shape if the pool has one, else a new placement group and actors.
+    async def _start_group(self) -> tuple[Any, Group] | None:
+        """A warm group of the same shape if the pool has one, else a new reservation and actors.
 
         Returns None when the run was cancelled while it waited for resources.
         """
@@ -283,148 +308,105 @@ class RunController:
                 return warm
         # Idle pooled groups hold resources this run may need.
         self.deps.pool.evict_all()
-        num_workers = self.scaling.min_workers
-        if self.scaling.elastic:
-            num_workers = self.scaling.workers_to_start(await asyncio.to_thread(ray.available_resources))
-            if self._grow_to:
-                # What the policy saw fit at the checkpoint: the group just ended has not yet
-                # handed its own CPUs back to what Ray reports as available.
-                num_workers, self._grow_to = self._grow_to, 0
-            elif self._lost_recently() and self.world_size:
-                # Ray counts a lost node's CPUs as available until it declares the node dead: carry
-                # on with the workers that are left, and grow at a checkpoint once it is safe to.
-                num_workers = max(self.scaling.min_workers, min(num_workers, self.world_size - 1))
-        pg = await self._reserve(num_workers)
-        if self._stop_requested():
-            remove_placement_group(pg)
+        available = await asyncio.to_thread(self.deps.placement.available) if self.scaling.elastic else {}
+        num_workers = group_size(self.scaling, available, self.losses, self.world_size, self.deps.clock())
+        reservation = await self._reserve(num_workers)
+        if self.signals.stop_requested:
+            self.deps.placement.release(reservation)
             return None
         self.world_size = num_workers
         elastic = f"{num_workers} of up to {self.scaling.max_workers} workers" if self.scaling.elastic else ""
         await self._transition(common_pb2.STARTING, elastic)
-        scaling = self.request.scaling_config
         try:
-            group = await WorkerGroup.start(
-                pg, num_workers, bundles_for(scaling, num_workers)[-1], self.backend.worker_env(self.request)
-            )
-            backend = self.backend
-            await group.execute(_check_framework, backend.module, backend.name, backend.package, backend.install)
+            resources = bundles_for(self.request.scaling_config, num_workers)[-1]
+            env = self.backend.worker_env(self.request)
+            group = await self.deps.placement.start_group(reservation, num_workers, resources, env)
+            await group.check_framework(self.backend.name)
         except BaseException:
-            remove_placement_group(pg)
+            self.deps.placement.release(reservation)
             raise
-        return pg, group
+        return reservation, group
 
     async def _run_attempt(self) -> common_pb2.WorkerError | None:
         """Runs one worker group to its end; returns the first worker error, if any."""
         self._pending.clear()
         try:
-            if self._preprocessor_unfitted():
+            if self.data.preprocessor_unfitted():
                 # Before the reservation, as Ray Train's driver does: the fit's Ray Data tasks
                 # need CPUs that the run's placement group (or idle warm groups) would hold.
                 self.deps.pool.evict_all()
-                waiting = common_pb2.PENDING if self.attempt == 0 else common_pb2.RESTARTING
+                waiting = self._waiting_state()
                 await report_if_slow(
-                    asyncio.to_thread(self._fit_preprocessor),
+                    asyncio.to_thread(self.data.fit_preprocessor),
                     self.deps.pending_reason_after_s,
                     lambda: self._transition(waiting, fit_wait_reason("train")),
                     self._interrupt,
                 )
-                if self._stop_requested():
+                if self.signals.stop_requested:
                     return None  # cancelled while the fit waited
             started = await self._start_group()
         except Exception as exc:  # noqa: BLE001 - a group that cannot start is a failed attempt
-            return None if self._stop_requested() else _error_from_exception(0, self.attempt, exc)
+            return None if self.signals.stop_requested else _error_from_exception(0, self.attempt, exc)
         if started is None:
             return None
-        pg, group = started
+        reservation, group = started
         error: common_pb2.WorkerError | None = None
         try:
-            await self.backend.on_start(group, self.request)
-            await self.backend.on_training_start(group, self.request)
-            shards = await self._dataset_shards(len(group), pg)
+            await self.backend.on_start(group, self.request)  # type: ignore[arg-type]
+            await self.backend.on_training_start(group, self.request)  # type: ignore[arg-type]
+            shards = await asyncio.to_thread(self.data.shards, len(group), reservation, self.backend.uses_ray_data)
             await self._transition(common_pb2.RUNNING)
             error = await self._train(group, shards)
             return error
         except Exception as exc:  # noqa: BLE001 - setup failures count as worker failures
             error = _error_from_exception(0, self.attempt, exc)
-            return None if self._stop_requested() else error
+            return None if self.signals.stop_requested else error
         finally:
             clean = error is None and not self._interrupt.is_set()
             try:
                 # A failed or interrupted group may hang in a collective: the backend gets a moment
                 # to release what it holds on this side (rendezvous servers), then the actors die.
-                await asyncio.wait_for(self.backend.on_shutdown(group, self.request), 10 if clean else 1)
+                await asyncio.wait_for(self.backend.on_shutdown(group, self.request), 10 if clean else 1)  # type: ignore[arg-type]
             except Exception:  # noqa: BLE001 - best effort on a group being torn down
                 clean = False
             if clean and self.backend.reuse_workers and not self.scaling.elastic:
-                await self.deps.pool.release(self._pool_key(len(group)), pg, group)
+                await self.deps.pool.release(self._pool_key(len(group)), reservation, group)  # type: ignore[arg-type]
             else:
                 group.shutdown(graceful=clean)
-                remove_placement_group(pg)
+                self.deps.placement.release(reservation)
 
-    def _preprocessor_unfitted(self) -> bool:
-        return self._preprocessor is None and bool(
-            self.request.pickled_preprocessor or self.request.HasField("preprocessor")
-        )
-
-    def _fit_preprocessor(self) -> Any:
-        """Fits the run's preprocessor on the train dataset once per run (as Ray Train's driver does)."""
-        if self._preprocessor_unfitted():
-            import cloudpickle
-
-            if self.request.pickled_preprocessor:
-                preprocessor = cloudpickle.loads(self.request.pickled_preprocessor)
-            else:
-                preprocessor = build_preprocessor(self.request.preprocessor)
-            if preprocessor.fit_status().name in ("NOT_FITTED", "PARTIALLY_FITTED"):
-                preprocessor.fit(_read(self.datasets["train"]))
-            self._preprocessor = preprocessor
-            self.checkpoints.preprocessor_bytes = cloudpickle.dumps(preprocessor)
-        return self._preprocessor
-
-    async def _dataset_shards(self, world_size: int, pg: Any) -> list[dict[str, Any]]:
-        preprocessor = await asyncio.to_thread(self._fit_preprocessor)
-        shards: list[dict[str, Any]] = [{} for _ in range(world_size)]
-        for name, ds in self.datasets.items():
-            if self.backend.uses_ray_data:
-                iterators = await asyncio.to_thread(split_beside_reservation, ds, world_size, preprocessor, pg)
-                for rank in range(world_size):
-                    shards[rank][name] = iterators[rank]
-            else:
-                for rank in range(world_size):
-                    shards[rank][name] = ShardSpec(
-                        ds.uri, ds.format, rank, world_size, self.checkpoints.preprocessor_bytes
-                    )
-        return shards
-
-    async def _train(self, group: WorkerGroup, shards: list[dict[str, Any]]) -> common_pb2.WorkerError | None:
+    def _worker_runs(self, group: Group, shards: list[dict[str, Any]]) -> list[WorkerRun]:
         latest = self.checkpoints.latest
         start_from = self.checkpoints.info(latest).uri if latest is not None else self.request.resume_from_checkpoint
-        refs = {}
-        for meta, actor, shard in zip(group.metas, group.actors, shards):
-            context = TrainContext(
-                run_id=self.run.run_id,
-                run_name=self.run.name,
-                world_rank=meta.world_rank,
-                world_size=len(group),
-                local_rank=meta.local_rank,
-                local_world_size=meta.local_world_size,
-                node_rank=meta.node_rank,
-                attempt=self.attempt,
-                storage_path=self.run.path,
+        return [
+            WorkerRun(
+                framework=self.backend.name,
+                request_bytes=self.request.SerializeToString(),
+                context=TrainContext(
+                    run_id=self.run.run_id,
+                    run_name=self.run.name,
+                    world_rank=meta.world_rank,
+                    world_size=len(group),
+                    local_rank=meta.local_rank,
+                    local_world_size=meta.local_world_size,
+                    node_rank=meta.node_rank,
+                    attempt=self.attempt,
+                    storage_path=self.run.path,
+                ),
+                coordinator_address=self.deps.coordinator_address(),
+                report_secret=self.deps.report_secret(self.run.run_id),
+                report_tls=self.deps.report_tls,
+                store_uri=self.deps.store.uri_of(self.deps.store.root),
+                checkpoint_uri=start_from,
+                dataset_shards=shard,
+                next_report_index=self.run.last_report_index + 1,
             )
-            ref = actor.run.remote(
-                self.request.SerializeToString(),
-                context,
-                self.deps.coordinator_address(),
-                self.deps.report_secret(self.run.run_id),
-                self.deps.report_tls,
-                self.deps.store.uri_of(self.deps.store.root),
-                start_from,
-                shard,
-                self.run.last_report_index + 1,
-                self.backend.train,
-            )
-            refs[asyncio.ensure_future(ref)] = meta.world_rank
+            for meta, shard in zip(group.metas, shards)
+        ]
+
+    async def _train(self, group: Group, shards: list[dict[str, Any]]) -> common_pb2.WorkerError | None:
+        runs = group.run(self._worker_runs(group, shards))
+        refs = {asyncio.ensure_future(ref): meta.world_rank for ref, meta in zip(runs, group.metas)}
         interrupt = asyncio.ensure_future(self._interrupt.wait())
         try:
             while refs:
@@ -436,7 +418,7 @@ class RunController:
                     try:
                         outcome = fut.result()
                     except Exception as exc:  # noqa: BLE001 - an actor died
-                        self._worker_lost = True
+                        self.signals.worker_lost = True
                         return _error_from_exception(rank, self.attempt, exc)
                     if outcome:
                         error = common_pb2.WorkerError.FromString(outcome)
@@ -446,7 +428,7 @@ class RunController:
                             # group waits a moment to tell a lost worker from a bug in the loop.
                             lost = await self._lost_worker(refs)
                             if lost is not None:
-                                self._worker_lost = True
+                                self.signals.worker_lost = True
                                 return lost
                         return error
             return None
@@ -466,7 +448,7 @@ class RunController:
     # --- reports ------------------------------------------------------------------
     async def on_report(self, report: worker_reports_pb2.WorkerReport) -> None:
         """Handles one message of a worker's report stream."""
-        if report.attempt != self.attempt or self.run.state in TERMINAL:
+        if is_stale(report.attempt, self.attempt, self.run.state):
             return  # from a group already torn down
         if report.WhichOneof("kind") != "report":
             return  # hello; errors arrive as the outcome of the worker's run
@@ -486,7 +468,9 @@ class RunController:
                     metrics=coordinator_pb2.MetricsEvent(report_index=msg.report_index, metrics=msg.metrics),
                 )
             )
-            self._check_stop(struct_to_dict(msg.metrics))
+            if stop_reached(self.request.run_config.stop, flatten_metrics(struct_to_dict(msg.metrics))):
+                self.signals.stop_reached = True
+                self._interrupt.set()
         if complete and any(r.checkpoint_id for r in by_rank.values()):
             await self._commit(msg.report_index, by_rank)
         await self.deps.save_run(self.run)
@@ -504,18 +488,14 @@ class RunController:
             await self.deps.emit(coordinator_pb2.RunEvent(run_id=self.run.run_id, checkpoint=info))
         await self._maybe_resize()
 
-    def _lost_recently(self) -> bool:
-        return self._lost_at is not None and time.monotonic() - self._lost_at < RESIZE_AFTER_LOSS_S
-
     async def _maybe_resize(self) -> None:
         """At a checkpoint, asks the scaling policy whether a larger group would fit now."""
         if not self.scaling.elastic or self._interrupt.is_set():
             return
-        if self._lost_recently():
-            return
-        target = self.scaling.resize_to(self.world_size, await asyncio.to_thread(ray.available_resources))
+        available = await asyncio.to_thread(self.deps.placement.available)
+        target = resize_target(self.scaling, self.world_size, available, self.losses, self.deps.clock())
         if target:
-            self._resize_to = target
+            self.signals.resize_to = target
             self._interrupt.set()
 
     def refresh_checkpoints(self) -> None:
@@ -524,11 +504,3 @@ class RunController:
             self.run.latest_checkpoint.CopyFrom(self.checkpoints.info(latest))
         del self.run.best_checkpoints[:]
         self.run.best_checkpoints.extend(self.checkpoints.info(c) for c in self.checkpoints.ranked())
-
-    def _check_stop(self, metrics: dict[str, Any]) -> None:
-        flat = flatten_metrics(metrics)
-        for key, threshold in self.request.run_config.stop.items():
-            value = flat.get(key)
-            if isinstance(value, int | float) and value >= threshold:
-                self._stop_reached = True
-                self._interrupt.set()

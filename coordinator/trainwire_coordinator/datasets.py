@@ -6,19 +6,22 @@ import asyncio
 import hashlib
 import io
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any, TypeVar
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.dataset as pads
 import pyarrow.fs as pafs
 import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 
-from trainwire.dataset_schema import DatasetSchema
-from trainwire.errors import InvalidArgumentError, NotFoundError, ResourceExhaustedError
-from trainwire.storage import Store, resolve
-from trainwire.v1 import coordinator_pb2
-from trainwire_worker.datasets import files_datasource, guess_format, open_dataset
+from trainwire_coordinator.uploads import read_upload
+from trainwire_core.dataset_schema import DatasetSchema
+from trainwire_core.datasets import ShardSpec, guess_format, open_dataset
+from trainwire_core.errors import InvalidArgumentError, NotFoundError, ResourceExhaustedError
+from trainwire_core.storage import Store, resolve
+from trainwire_core.v1 import coordinator_pb2
 
 T = TypeVar("T")
 
@@ -60,35 +63,30 @@ class DatasetService:
         self, requests: AsyncIterator[coordinator_pb2.UploadDatasetRequest]
     ) -> coordinator_pb2.DatasetInfo:
         """Receives header + chunks; stores nothing unless size and hash match."""
-        header = None
         buf = io.BytesIO()
         digest = hashlib.sha256()
-        async for req in requests:
-            part = req.WhichOneof("part")
-            if header is None:
-                if part != "header":
-                    raise InvalidArgumentError("the first message of an upload must be a header", field="header")
-                header = req.header
-                if not _SHA256.match(header.sha256):
-                    raise InvalidArgumentError("header.sha256 must be 64 lowercase hex digits", field="header.sha256")
-                if header.size_bytes <= 0:
-                    raise InvalidArgumentError("header.size_bytes must be > 0", field="header.size_bytes")
-                if header.size_bytes > self.max_upload_bytes:
-                    raise ResourceExhaustedError(
-                        f"upload of {header.size_bytes} bytes is over the limit of {self.max_upload_bytes}",
-                        field="header.size_bytes",
-                    )
-                continue
-            if part != "chunk":
-                raise InvalidArgumentError("only one header per upload", field="header")
-            if buf.tell() + len(req.chunk) > header.size_bytes:
-                raise InvalidArgumentError(
-                    f"upload is longer than header.size_bytes={header.size_bytes}", field="chunk"
+        limit = 0
+
+        def check_header(header: coordinator_pb2.UploadDatasetHeader) -> None:
+            nonlocal limit
+            if not _SHA256.match(header.sha256):
+                raise InvalidArgumentError("header.sha256 must be 64 lowercase hex digits", field="header.sha256")
+            if header.size_bytes <= 0:
+                raise InvalidArgumentError("header.size_bytes must be > 0", field="header.size_bytes")
+            if header.size_bytes > self.max_upload_bytes:
+                raise ResourceExhaustedError(
+                    f"upload of {header.size_bytes} bytes is over the limit of {self.max_upload_bytes}",
+                    field="header.size_bytes",
                 )
-            buf.write(req.chunk)
-            digest.update(req.chunk)
-        if header is None:
-            raise InvalidArgumentError("empty upload: no header", field="header")
+            limit = header.size_bytes
+
+        def take_chunk(chunk: bytes) -> None:
+            if buf.tell() + len(chunk) > limit:
+                raise InvalidArgumentError(f"upload is longer than header.size_bytes={limit}", field="chunk")
+            buf.write(chunk)
+            digest.update(chunk)
+
+        header = await read_upload(requests, check_header, take_chunk)
         if buf.tell() != header.size_bytes:
             raise InvalidArgumentError(
                 f"upload truncated: got {buf.tell()} of {header.size_bytes} bytes; nothing was stored",
@@ -174,6 +172,64 @@ def split_beside_reservation(ds: DatasetSchema, world_size: int, preprocessor: A
     return data.streaming_split(world_size, equal=True)
 
 
+class RunDatasets:
+    """A run's datasets as its workers get them: the preprocessor fitted once, and each rank's shards.
+
+    Args:
+        request: The run's request (its preprocessor).
+        datasets: Resolved datasets by name.
+        checkpoints: The run's checkpoint manager; it keeps the fitted preprocessor for every checkpoint.
+    """
+
+    def __init__(
+        self, request: coordinator_pb2.FitRequest, datasets: dict[str, DatasetSchema], checkpoints: Any
+    ) -> None:
+        self.request = request
+        self.datasets = datasets
+        self.checkpoints = checkpoints
+        self._preprocessor: Any = None
+
+    def preprocessor_unfitted(self) -> bool:
+        return self._preprocessor is None and bool(
+            self.request.pickled_preprocessor or self.request.HasField("preprocessor")
+        )
+
+    def fit_preprocessor(self) -> Any:
+        """Fits the run's preprocessor on the train dataset once per run (as Ray Train's driver does); blocks."""
+        if self.preprocessor_unfitted():
+            import cloudpickle
+            import ray.data
+
+            from trainwire_coordinator.preprocessors import build_preprocessor
+
+            if self.request.pickled_preprocessor:
+                preprocessor = cloudpickle.loads(self.request.pickled_preprocessor)
+            else:
+                preprocessor = build_preprocessor(self.request.preprocessor)
+            if preprocessor.fit_status().name in ("NOT_FITTED", "PARTIALLY_FITTED"):
+                train = self.datasets["train"]
+                preprocessor.fit((ray.data.read_csv if train.format == "csv" else ray.data.read_parquet)(train.uri))
+            self._preprocessor = preprocessor
+            self.checkpoints.preprocessor_bytes = cloudpickle.dumps(preprocessor)
+        return self._preprocessor
+
+    def shards(self, world_size: int, reservation: Any, uses_ray_data: bool) -> list[dict[str, Any]]:
+        """Each rank's shard of every dataset: Ray Data iterators, or ``ShardSpec``s a worker reads; blocks."""
+        preprocessor = self.fit_preprocessor()
+        shards: list[dict[str, Any]] = [{} for _ in range(world_size)]
+        for name, ds in self.datasets.items():
+            if uses_ray_data:
+                iterators = split_beside_reservation(ds, world_size, preprocessor, reservation)
+                for rank in range(world_size):
+                    shards[rank][name] = iterators[rank]
+            else:
+                for rank in range(world_size):
+                    shards[rank][name] = ShardSpec(
+                        ds.uri, ds.format, rank, world_size, self.checkpoints.preprocessor_bytes
+                    )
+        return shards
+
+
 def fit_wait_reason(dataset_name: str) -> str:
     """What a run whose preprocessor fit is slow to start waits for."""
     import ray
@@ -204,3 +260,55 @@ async def report_if_slow(
     finally:
         interrupted.cancel()
     return task.result() if task.done() else None
+
+
+def _read_files(uri: str, fmt: str, files: list[str]) -> Iterator[pa.Table]:
+    """The files' rows as blocks of at most 128Ki rows, so a large file does not become one huge block."""
+    fs, _ = resolve(uri)
+    dataset = pads.dataset(files, filesystem=fs, format=fmt)
+    empty = True
+    for batch in dataset.to_batches(batch_size=1 << 17):
+        if batch.num_rows:
+            empty = False
+            yield pa.Table.from_batches([batch])
+    if empty:
+        yield dataset.schema.empty_table()
+
+
+def files_datasource(uri: str, fmt: str = "") -> Any:
+    """A Ray Data datasource of the parquet or CSV files at ``uri``: one read task per group of files.
+
+    Unlike ``ray.data.read_parquet`` it starts no listing or sampling task of its own (those ask for
+    a CPU each, whatever the caller passes), so every task of a read takes the resources given to
+    ``ray.data.read_datasource`` and can run beside a placement group that holds every CPU.
+    """
+    from ray.data.block import BlockMetadata
+    from ray.data.datasource import Datasource, ReadTask
+
+    fmt = guess_format(uri, fmt)
+    dataset = open_dataset(uri, fmt)
+    files, schema = list(dataset.files), dataset.schema
+
+    class FilesDatasource(Datasource):
+        def estimate_inmemory_data_size(self) -> int | None:
+            return None
+
+        def get_read_tasks(self, parallelism: int, per_task_row_limit: int | None = None, data_context: Any = None):
+            groups = [
+                list(g) for g in np.array_split(np.array(files, dtype=object), max(1, min(parallelism, len(files))))
+            ]
+            return [
+                ReadTask(
+                    lambda group=group: _read_files(uri, fmt, group),
+                    BlockMetadata(num_rows=None, size_bytes=None, exec_stats=None, input_files=tuple(group)),
+                    schema=schema,
+                    per_task_row_limit=per_task_row_limit,
+                )
+                for group in groups
+                if group
+            ]
+
+        def get_name(self) -> str:
+            return "TrainwireFiles"
+
+    return FilesDatasource()

@@ -8,8 +8,8 @@ from collections import defaultdict
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 
-from trainwire.v1 import coordinator_pb2
 from trainwire_coordinator.metadata import MetadataStore
+from trainwire_core.v1 import coordinator_pb2
 
 
 class EventLog:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from trainwire.config import FailureConfig
-from trainwire.v1 import common_pb2
+from trainwire_core.v1 import common_pb2
 
 
 class FailurePolicy:

@@ -8,13 +8,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import ray
-from ray.util.placement_group import PlacementGroup
-from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
-
-from trainwire.v1 import common_pb2
 from trainwire_coordinator.run_state import ScalingPolicy
-from trainwire_worker.actor import TrainWorker
+from trainwire_core.v1 import common_pb2
+from trainwire_core.worker_runtime import WorkerRun, worker_actor_class
 
 
 @dataclass
@@ -65,7 +61,9 @@ def _actor_options(resources: dict[str, float]) -> dict[str, Any]:
 
 @functools.cache
 def _remote_worker_class() -> Any:
-    return ray.remote(TrainWorker)
+    import ray
+
+    return ray.remote(worker_actor_class())
 
 
 class WorkerGroup:
@@ -81,11 +79,13 @@ class WorkerGroup:
     @classmethod
     async def start(
         cls,
-        pg: PlacementGroup,
+        pg: Any,
         num_workers: int,
         resources: dict[str, float],
         env: dict[str, str] | None = None,
     ) -> WorkerGroup:
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
         actors = [
             _remote_worker_class()
             .options(
@@ -136,11 +136,50 @@ class WorkerGroup:
         """Runs ``fn(worker, *args_by_rank[rank])`` on every worker at once."""
         return await asyncio.gather(*[a.execute.remote(fn, *args) for a, args in zip(self.actors, args_by_rank)])
 
+    async def check_framework(self, framework: str) -> None:
+        """Fails, with the install hint, when a worker's host lacks the framework's package."""
+        await asyncio.gather(*[a.check_framework.remote(framework) for a in self.actors])
+
+    def run(self, specs: list[WorkerRun]) -> list[Any]:
+        """Starts the training function on every rank (``specs`` by rank); returns their object refs."""
+        return [actor.run.remote(spec) for actor, spec in zip(self.actors, specs)]
+
     def shutdown(self, graceful: bool = False) -> None:
         """Ends the actors: politely after success, at once after a failure or cancel."""
+        import ray
+
         for actor in self.actors:
             if graceful:
                 actor.__ray_terminate__.remote()
             else:
                 ray.kill(actor, no_restart=True)
         self.actors = []
+
+
+class RayPlacement:
+    """Where the controller's groups come from: Ray placement groups and worker actors.
+
+    The controller calls these few methods only, so its tests place fake groups.
+    """
+
+    def available(self) -> dict[str, float]:
+        """What the cluster reports available now."""
+        import ray
+
+        return ray.available_resources()
+
+    def reserve(self, bundles: list[dict[str, float]], strategy: str) -> Any:
+        """A placement group of ``bundles`` (its ``ready()`` resolves once Ray placed it)."""
+        from ray.util.placement_group import placement_group
+
+        return placement_group(bundles, strategy=strategy)
+
+    def release(self, reservation: Any) -> None:
+        from ray.util.placement_group import remove_placement_group
+
+        remove_placement_group(reservation)
+
+    async def start_group(
+        self, reservation: Any, num_workers: int, resources: dict[str, float], env: dict[str, str]
+    ) -> WorkerGroup:
+        return await WorkerGroup.start(reservation, num_workers, resources, env)

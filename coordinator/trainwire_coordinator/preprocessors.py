@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from trainwire.errors import InvalidArgumentError
-from trainwire.structs import struct_to_dict
-from trainwire.v1 import coordinator_pb2
+from trainwire_core.errors import InvalidArgumentError
+from trainwire_core.structs import struct_to_dict
+from trainwire_core.v1 import coordinator_pb2
 
 
 def build_preprocessor(spec: coordinator_pb2.PreprocessorSpec, field: str = "preprocessor") -> Any:

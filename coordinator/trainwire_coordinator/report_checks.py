@@ -13,11 +13,11 @@ import hmac
 import re
 import secrets
 
-from trainwire.errors import InvalidArgumentError, PermissionDeniedError, UnauthenticatedError
-from trainwire.serving import REPORT_RUN_ID_METADATA as RUN_ID_METADATA
-from trainwire.serving import REPORT_SECRET_METADATA as SECRET_METADATA
-from trainwire.storage import is_path_component, is_relative_path
-from trainwire.v1 import worker_reports_pb2
+from trainwire_core.errors import InvalidArgumentError, PermissionDeniedError, UnauthenticatedError
+from trainwire_core.serving import REPORT_RUN_ID_METADATA as RUN_ID_METADATA
+from trainwire_core.serving import REPORT_SECRET_METADATA as SECRET_METADATA
+from trainwire_core.storage import is_path_component, is_relative_path
+from trainwire_core.v1 import worker_reports_pb2
 
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 

@@ -15,17 +15,7 @@ from google.protobuf import timestamp_pb2
 
 from trainwire.checkpoint import Checkpoint
 from trainwire.config import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig, check_structs
-from trainwire.errors import (
-    InvalidArgumentError,
-    NotFoundError,
-    PermissionDeniedError,
-    ResourceExhaustedError,
-    TrainwireError,
-)
-from trainwire.manifest import is_derived_path
-from trainwire.storage import Store, is_relative_path
-from trainwire.tls import ClientTLS
-from trainwire.v1 import common_pb2, coordinator_pb2, worker_reports_pb2
+from trainwire_coordinator.backends import get_backend
 from trainwire_coordinator.checkpoint_manager import CheckpointManager
 from trainwire_coordinator.checkpoint_uploads import receive_checkpoint
 from trainwire_coordinator.controller import ControllerDeps, RunController
@@ -39,9 +29,38 @@ from trainwire_coordinator.preprocessors import build_preprocessor
 from trainwire_coordinator.report_checks import ReportSecrets, check_report
 from trainwire_coordinator.run_state import ACTIVE, TERMINAL
 from trainwire_coordinator.worker_pool import WorkerPool
-from trainwire_worker.backends import get_backend
+from trainwire_core.auth import SUBMIT_CODE, current_caller
+from trainwire_core.errors import (
+    InvalidArgumentError,
+    NotFoundError,
+    PermissionDeniedError,
+    ResourceExhaustedError,
+    TrainwireError,
+)
+from trainwire_core.manifest import is_derived_path
+from trainwire_core.storage import Store, is_relative_path
+from trainwire_core.tls import ClientTLS
+from trainwire_core.v1 import common_pb2, coordinator_pb2, worker_reports_pb2
 
 logger = logging.getLogger(__name__)
+
+
+def carried_code(request: coordinator_pb2.FitRequest) -> bool:
+    """Whether a Fit carries code to run on the cluster (pickled functions, estimators or preprocessors)."""
+    return bool(
+        (
+            request.WhichOneof("trainer") == "data_parallel"
+            and (
+                request.data_parallel.train_loop.WhichOneof("source") == "pickled_function"
+                or request.data_parallel.pickled_train_loop_config
+            )
+        )
+        or (
+            request.WhichOneof("trainer") == "sklearn"
+            and request.sklearn.WhichOneof("estimator") == "pickled_estimator"
+        )
+        or request.pickled_preprocessor
+    )
 
 
 def _now() -> timestamp_pb2.Timestamp:
@@ -267,6 +286,9 @@ class RunManager:
         return run_config, datasets
 
     async def fit(self, request: coordinator_pb2.FitRequest) -> coordinator_pb2.Run:
+        caller = current_caller()
+        if carried_code(request):
+            caller.require(SUBMIT_CODE)
         # Dataset and checkpoint checks read the store; capacity asks Ray: off the event loop.
         run_config, datasets = await asyncio.to_thread(self._validate, request)
         store = await asyncio.to_thread(self._run_store, run_config.storage_path)
@@ -281,6 +303,7 @@ class RunManager:
             created_at=_now(),
             updated_at=_now(),
             request=request,
+            submitted_by=caller.name,
         )
         stored = await self._write(self.metadata.create_run, _record(run, request.idempotency_key))
         if stored.run_id != run_id:
@@ -359,9 +382,11 @@ class RunManager:
             records, token = self.metadata.list_runs(list(request.states), request.page_size or 100, request.page_token)
         except ValueError as exc:
             raise InvalidArgumentError(str(exc), field="page_token") from exc
-        return coordinator_pb2.ListRunsResponse(
-            runs=[coordinator_pb2.Run.FromString(r.data) for r in records], next_page_token=token
-        )
+        runs = [coordinator_pb2.Run.FromString(r.data) for r in records]
+        if request.submitted_by:
+            # A page may come back short; its token still leads on to the rest.
+            runs = [run for run in runs if run.submitted_by == request.submitted_by]
+        return coordinator_pb2.ListRunsResponse(runs=runs, next_page_token=token)
 
     async def watch(self, request: coordinator_pb2.WatchRunRequest) -> AsyncIterator[coordinator_pb2.RunEvent]:
         run_id = (await asyncio.to_thread(self.get_run, request.run_id)).run_id

@@ -10,10 +10,11 @@ injected failure and scaling policies, and is tested without Ray.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
-from trainwire.v1 import common_pb2
+from trainwire_core.v1 import common_pb2
 
 PENDING, STARTING, RUNNING, RESTARTING = (
     common_pb2.PENDING,
@@ -66,12 +67,18 @@ class AttemptOutcome:
 
 @dataclass(frozen=True)
 class Decision:
-    """The next state and whether another attempt follows."""
+    """The next state and whether another attempt follows.
+
+    A restart carries its ``cause`` (``failure``, ``lost_worker``, ``resize``), and a resize
+    the size the scaling policy chose for the next group.
+    """
 
     state: int
     reason: str
     restart: bool = False
     counts_as_failure: bool = False
+    cause: str = ""
+    resize_to: int = 0
 
 
 class FailurePolicyLike(Protocol):
@@ -98,16 +105,18 @@ def after_attempt(outcome: AttemptOutcome, num_failures: int, failure_policy: Fa
         if outcome.worker_lost and outcome.elastic and outcome.progressed:
             # An elastic group carries on with what is left; a loss with no checkpoint since
             # the last one counts as a failure, so a worker that always dies cannot loop forever.
-            return Decision(RESTARTING, f"a worker was lost ({summary}); continuing with the workers that fit", True)
+            reason = f"a worker was lost ({summary}); continuing with the workers that fit"
+            return Decision(RESTARTING, reason, True, cause="lost_worker", resize_to=outcome.resize_to)
         failures = num_failures + 1
         if failure_policy.should_restart(failures, error):
-            return Decision(RESTARTING, f"restart {failures} after failure: {summary}", True, True)
+            reason = f"restart {failures} after failure: {summary}"
+            return Decision(RESTARTING, reason, True, True, cause="failure", resize_to=outcome.resize_to)
         return Decision(FAILED, summary, counts_as_failure=True)
     if outcome.stop_reached:
         return Decision(SUCCEEDED, "stop criteria reached")
     if outcome.resize_to:
         reason = f"resizing from {outcome.world_size} to {outcome.resize_to} workers at a checkpoint"
-        return Decision(RESTARTING, reason, True)
+        return Decision(RESTARTING, reason, True, cause="resize", resize_to=outcome.resize_to)
     return Decision(SUCCEEDED, "")
 
 
@@ -147,3 +156,103 @@ class ScalingPolicy:
             return 0
         target = min(self.max_workers, current + self._fits(available))
         return target if target > current else 0
+
+
+# After a lost worker, an elastic group does not grow for this long: long enough for Ray to declare
+# a lost node dead (until then its resources still look available).
+RESIZE_AFTER_LOSS_S = 60.0
+
+
+@dataclass
+class Signals:
+    """What redirects a run from outside its attempt's own flow (instead of loose flags).
+
+    ``cancel`` and ``suspend`` hold for the rest of the run; the others for one attempt.
+    """
+
+    cancel: bool = False
+    # The coordinator is stopping: end the attempt, leave the run for its successor.
+    suspend: bool = False
+    stop_reached: bool = False
+    worker_lost: bool = False
+    # The size the scaling policy asked for at a checkpoint (0: none).
+    resize_to: int = 0
+
+    @property
+    def stop_requested(self) -> bool:
+        return self.cancel or self.suspend
+
+    def next_attempt(self) -> None:
+        self.worker_lost = False
+        self.resize_to = 0
+
+
+@dataclass
+class LossMemory:
+    """What an elastic run remembers of its last lost worker, across attempts."""
+
+    lost_at: float | None = None
+    # Committed checkpoints when a worker was last lost (an elastic run carries on once per checkpoint).
+    checkpoints_at_loss: int = -1
+    # The size the policy chose at a checkpoint, for the next group (Ray has not yet seen the old
+    # group's CPUs come back when the new one starts).
+    grow_to: int = 0
+
+    def lost_recently(self, now: float) -> bool:
+        return self.lost_at is not None and now - self.lost_at < RESIZE_AFTER_LOSS_S
+
+    def progressed(self, committed: int) -> bool:
+        """A checkpoint was committed since the last loss (or none was ever lost)."""
+        return self.checkpoints_at_loss < 0 or committed > self.checkpoints_at_loss
+
+    def note_loss(self, committed: int, now: float) -> None:
+        self.checkpoints_at_loss = committed
+        self.lost_at = now
+
+
+def group_size(
+    scaling: ScalingPolicy, available: dict[str, float], memory: LossMemory, world_size: int, now: float
+) -> int:
+    """How many workers a new attempt of a run starts with.
+
+    Args:
+        scaling: The run's scaling policy.
+        available: What the cluster reports available now.
+        memory: The run's last loss and the size chosen at its last checkpoint (consumed here).
+        world_size: The size of the group just ended (0 before the first).
+        now: The clock's time.
+    """
+    if not scaling.elastic:
+        return scaling.min_workers
+    if memory.grow_to:
+        target, memory.grow_to = memory.grow_to, 0
+        return target
+    num_workers = scaling.workers_to_start(available)
+    if memory.lost_recently(now) and world_size:
+        # Ray counts a lost node's CPUs as available until it declares the node dead: carry on
+        # with the workers that are left, and grow at a checkpoint once it is safe to.
+        num_workers = max(scaling.min_workers, min(num_workers, world_size - 1))
+    return num_workers
+
+
+def resize_target(
+    scaling: ScalingPolicy, world_size: int, available: dict[str, float], memory: LossMemory, now: float
+) -> int:
+    """At a checkpoint: the larger size an elastic group should restart at (0: carry on as is)."""
+    if not scaling.elastic or memory.lost_recently(now):
+        return 0
+    return scaling.resize_to(world_size, available)
+
+
+def stop_reached(stop: Mapping[str, float], metrics: Mapping[str, Any]) -> bool:
+    """Whether flat ``metrics`` meet a ``RunConfig.stop`` criterion (a value at or past its threshold)."""
+    for key, threshold in stop.items():
+        value = metrics.get(key)
+        if isinstance(value, int | float) and value >= threshold:
+            return True
+    return False
+
+
+def is_stale(report_attempt: int, attempt: int, state: int) -> bool:
+    """A report from a group already torn down (an older attempt), or for a run that has ended."""
+    return report_attempt != attempt or state in TERMINAL

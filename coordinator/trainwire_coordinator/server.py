@@ -17,25 +17,28 @@ from pathlib import Path
 import grpc
 import ray
 
-from trainwire.serving import (
-    KEEPALIVE_SERVER_OPTIONS,
-    BearerTokenInterceptor,
-    MetricsServer,
-    ServerThread,
-    add_health_and_reflection,
-    advertised_address,
-    mark_serving,
-    message_size_options,
-    serve_until_signalled,
-)
-from trainwire.storage import Store
-from trainwire.tls import ClientTLS, add_port, add_tls_arguments
-from trainwire.v1 import coordinator_pb2, coordinator_pb2_grpc, worker_reports_pb2, worker_reports_pb2_grpc
 from trainwire_coordinator.datasets import DatasetService
 from trainwire_coordinator.metadata import open_metadata_store
 from trainwire_coordinator.run_manager import RunManager
 from trainwire_coordinator.servicer import CoordinatorServicer, WorkerReportsServicer
 from trainwire_coordinator.settings import CoordinatorSettings
+from trainwire_core.auth import CANCEL, READ, SUBMIT, TokenTable, add_auth_arguments
+from trainwire_core.serving import (
+    KEEPALIVE_SERVER_OPTIONS,
+    BearerTokenInterceptor,
+    MetricsServer,
+    OpenDoorError,
+    ServerThread,
+    add_health_and_reflection,
+    advertised_address,
+    check_door,
+    mark_serving,
+    message_size_options,
+    serve_until_signalled,
+)
+from trainwire_core.storage import Store
+from trainwire_core.tls import ClientTLS, add_port, add_tls_arguments
+from trainwire_core.v1 import coordinator_pb2, coordinator_pb2_grpc, worker_reports_pb2, worker_reports_pb2_grpc
 
 logger = logging.getLogger(__name__)
 
@@ -92,6 +95,20 @@ def ensure_ray(settings: CoordinatorSettings) -> None:
     ray.init(address=settings.ray_address or None, include_dashboard=False, log_to_driver=True, **kwargs)
 
 
+# The scope each Coordinator method needs (a Fit that carries code needs submit-code too).
+METHOD_SCOPES = {
+    "Fit": SUBMIT,
+    "UploadDataset": SUBMIT,
+    "UploadCheckpoint": SUBMIT,
+    "GetRun": READ,
+    "ListRuns": READ,
+    "WatchRun": READ,
+    "GetDataset": READ,
+    "DownloadCheckpoint": READ,
+    "CancelRun": CANCEL,
+}
+
+
 class CoordinatorServer:
     """One coordinator: the gRPC server and the run manager behind it."""
 
@@ -104,8 +121,19 @@ class CoordinatorServer:
         self.metrics_address = ""
 
     async def start(self) -> str:
-        """Binds the port (0 picks a free one) and returns ``host:port``."""
+        """Binds the port (0 picks a free one) and returns ``host:port``.
+
+        Raises:
+            OpenDoorError: Bound beyond loopback without a token (and not told to allow it).
+        """
         settings = self.settings
+        check_door(
+            "the coordinator",
+            settings.host,
+            settings.auth_token or settings.tokens,
+            settings.allow_unauthenticated,
+            "TRAINWIRE_COORDINATOR_AUTH_TOKEN",
+        )
         await asyncio.to_thread(ensure_ray, settings)
         store = Store(settings.store)
         metadata = open_metadata_store(settings.state)
@@ -122,7 +150,8 @@ class CoordinatorServer:
             report_key=settings.report_key,
             report_tls=report_tls(settings),
         )
-        interceptors = [BearerTokenInterceptor(settings.auth_token, SERVICE_NAMES[:1])] if settings.auth_token else []
+        tokens = TokenTable.from_settings(settings.auth_token, settings.tokens)
+        interceptors = [BearerTokenInterceptor(tokens, SERVICE_NAMES[:1], METHOD_SCOPES)] if tokens else []
         self.server = grpc.aio.server(
             options=[*message_size_options(settings.max_message_bytes), *KEEPALIVE_SERVER_OPTIONS],
             interceptors=interceptors,
@@ -190,16 +219,20 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--exit-with-parent", action="store_true", help="stop when standard input closes (embedded use)"
     )
+    add_auth_arguments(parser)
     add_tls_arguments(parser)
     args = parser.parse_args(argv)
     exit_with_parent = vars(args).pop("exit_with_parent")
     overrides = {k: v for k, v in vars(args).items() if v is not None}
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    asyncio.run(
-        serve_until_signalled(
-            CoordinatorServer(CoordinatorSettings(**overrides)),
-            "trainwire coordinator",
-            ray.shutdown,
-            stop_with_parent=exit_with_parent,
+    try:
+        asyncio.run(
+            serve_until_signalled(
+                CoordinatorServer(CoordinatorSettings(**overrides)),
+                "trainwire coordinator",
+                ray.shutdown,
+                stop_with_parent=exit_with_parent,
+            )
         )
-    )
+    except OpenDoorError as exc:
+        raise SystemExit(f"error: {exc}") from None

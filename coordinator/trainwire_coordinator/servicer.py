@@ -7,9 +7,9 @@ from collections.abc import AsyncIterator
 
 import grpc
 
-from trainwire.grpc_status import handle_errors
-from trainwire.v1 import coordinator_pb2, coordinator_pb2_grpc, worker_reports_pb2, worker_reports_pb2_grpc
 from trainwire_coordinator.run_manager import RunManager
+from trainwire_core.grpc_status import handle_errors
+from trainwire_core.v1 import coordinator_pb2, coordinator_pb2_grpc, worker_reports_pb2, worker_reports_pb2_grpc
 
 
 class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):

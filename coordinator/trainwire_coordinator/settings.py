@@ -36,6 +36,10 @@ class CoordinatorSettings(BaseSettings):
     allow_pickled_code: bool = True
     # When set, every call must carry "authorization: Bearer <token>".
     auth_token: str = ""
+    # Listen beyond loopback without auth_token (refused unless set: Fit runs code on the cluster).
+    allow_unauthenticated: bool = False
+    # Named tokens with scopes (trainwire_core.auth): a JSON object, or the path of a file holding one.
+    tokens: str = ""
     # Key of the per-run secrets that workers present on their report streams. Empty: a
     # random key per process. Set it (secretly) in deployments, so a restarted
     # coordinator accepts the streams of workers that outlived its predecessor.

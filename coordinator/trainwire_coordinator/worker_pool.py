@@ -11,11 +11,10 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Hashable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ray.util.placement_group import PlacementGroup, remove_placement_group
-
-from trainwire_coordinator.placement import WorkerGroup
+if TYPE_CHECKING:
+    from trainwire_coordinator.placement import WorkerGroup
 
 logger = logging.getLogger(__name__)
 
@@ -33,10 +32,10 @@ class WorkerPool:
 
     def __init__(self, idle_s: float = 60.0) -> None:
         self.idle_s = idle_s
-        self._idle: dict[Hashable, tuple[PlacementGroup, WorkerGroup, asyncio.TimerHandle]] = {}
+        self._idle: dict[Hashable, tuple[Any, WorkerGroup, asyncio.TimerHandle]] = {}
         self.reused = 0
 
-    def acquire(self, key: Hashable) -> tuple[PlacementGroup, WorkerGroup] | None:
+    def acquire(self, key: Hashable) -> tuple[Any, WorkerGroup] | None:
         """Takes the idle group of this shape, if there is one."""
         entry = self._idle.pop(key, None)
         if entry is None:
@@ -46,7 +45,7 @@ class WorkerPool:
         self.reused += 1
         return pg, group
 
-    async def release(self, key: Hashable, pg: PlacementGroup, group: WorkerGroup) -> None:
+    async def release(self, key: Hashable, pg: Any, group: WorkerGroup) -> None:
         """Keeps a group that finished cleanly for the next run of the same shape."""
         if self.idle_s <= 0 or key in self._idle:
             _end(pg, group, graceful=True)
@@ -74,6 +73,8 @@ class WorkerPool:
         return evicted
 
 
-def _end(pg: PlacementGroup, group: WorkerGroup, graceful: bool) -> None:
+def _end(pg: Any, group: WorkerGroup, graceful: bool) -> None:
+    from ray.util.placement_group import remove_placement_group
+
     group.shutdown(graceful=graceful)
     remove_placement_group(pg)

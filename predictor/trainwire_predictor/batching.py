@@ -27,8 +27,8 @@ from typing import Any
 
 import numpy as np
 
-from trainwire.errors import InvalidArgumentError, TrainwireError
-from trainwire.inference import grpc_service_pb2 as pb
+from trainwire_core.errors import InvalidArgumentError, TrainwireError
+from trainwire_core.inference import grpc_service_pb2 as pb
 from trainwire_predictor.codec import decode_inputs, encode_response, to_batch
 from trainwire_predictor.model_repository import LoadedModel
 from trainwire_predictor.statistics import Recorder, Timing, now_ns

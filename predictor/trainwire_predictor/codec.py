@@ -10,9 +10,9 @@ from typing import Any
 
 import numpy as np
 
-from trainwire.errors import InvalidArgumentError
-from trainwire.inference import grpc_service_pb2 as pb
-from trainwire.inference.codec import NUMERIC, datatype_of, fill_contents, from_contents, from_raw, to_raw
+from trainwire_core.errors import InvalidArgumentError
+from trainwire_core.inference import grpc_service_pb2 as pb
+from trainwire_core.inference.codec import NUMERIC, datatype_of, fill_contents, from_contents, from_raw, to_raw
 from trainwire_predictor.model_repository import LoadedModel
 
 

@@ -41,9 +41,9 @@ from typing import Any
 
 import numpy as np
 
-from trainwire import frameworks
-from trainwire.manifest import COMPILED_DIR, read_manifest
-from trainwire.storage import Store
+from trainwire_core import frameworks
+from trainwire_core.manifest import COMPILED_DIR, read_manifest
+from trainwire_core.storage import Store
 
 logger = logging.getLogger(__name__)
 

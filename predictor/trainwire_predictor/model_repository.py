@@ -30,13 +30,13 @@ from typing import Any
 
 import numpy as np
 
-from trainwire import frameworks
 from trainwire.checkpoint import Checkpoint
-from trainwire.errors import DataLossError, FailedPreconditionError, NotFoundError, TrainwireError
-from trainwire.inference.codec import NUMERIC, datatype_of
-from trainwire.manifest import verify_checkpoint
 from trainwire.predictor import Predictor
-from trainwire.storage import MANIFEST_NAME, Store
+from trainwire_core import frameworks
+from trainwire_core.errors import DataLossError, FailedPreconditionError, NotFoundError, TrainwireError
+from trainwire_core.inference.codec import NUMERIC, datatype_of
+from trainwire_core.manifest import verify_checkpoint
+from trainwire_core.storage import MANIFEST_NAME, Store
 from trainwire_predictor.compiled_trees import CompileResult, TreeCompiler, supports
 
 logger = logging.getLogger(__name__)

@@ -7,24 +7,24 @@ import logging
 from concurrent.futures import ThreadPoolExecutor
 
 import grpc
-from google.protobuf import descriptor_pb2, descriptor_pool
-from google.protobuf.descriptor import FileDescriptor
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection, reflection_pb2
 
-from trainwire.inference import grpc_service_pb2, grpc_service_pb2_grpc
-from trainwire.serving import (
+from trainwire_core.auth import ADMIN, PREDICT, TokenTable, add_auth_arguments
+from trainwire_core.inference import grpc_service_pb2, grpc_service_pb2_grpc
+from trainwire_core.serving import (
     KEEPALIVE_SERVER_OPTIONS,
     BearerTokenInterceptor,
     MetricsServer,
+    OpenDoorError,
     ServerThread,
+    add_health_and_reflection,
     advertised_address,
+    check_door,
     mark_serving,
     message_size_options,
     serve_until_signalled,
 )
-from trainwire.storage import Store
-from trainwire.tls import add_port, add_tls_arguments
+from trainwire_core.storage import Store
+from trainwire_core.tls import add_port, add_tls_arguments
 from trainwire_predictor.batching import Batcher
 from trainwire_predictor.metrics import PredictorMetrics
 from trainwire_predictor.model_repository import ModelRepository
@@ -34,40 +34,6 @@ from trainwire_predictor.settings import PredictorSettings
 logger = logging.getLogger(__name__)
 
 SERVICE_NAME = grpc_service_pb2.DESCRIPTOR.services_by_name["GRPCInferenceService"].full_name
-
-
-def reflection_pool(*files: FileDescriptor) -> descriptor_pool.DescriptorPool:
-    """One pool holding ``files`` and their imports, whichever pools they come from.
-
-    The inference stubs live in a private pool (so tritonclient's copy of the same
-    protos can share the process) while health and reflection live in the default
-    one; server reflection answers from a single pool, so it gets this one.
-    """
-    pool = descriptor_pool.DescriptorPool()
-    added: set[str] = set()
-
-    def add(file: FileDescriptor) -> None:
-        if file.name in added:
-            return
-        for dependency in file.dependencies:
-            add(dependency)
-        proto = descriptor_pb2.FileDescriptorProto()
-        file.CopyToProto(proto)
-        pool.AddSerializedFile(proto.SerializeToString())
-        added.add(file.name)
-
-    for file in files:
-        add(file)
-    return pool
-
-
-def add_health_and_reflection(server: grpc.aio.Server) -> health.aio.HealthServicer:
-    """gRPC health checking, and server reflection of the inference, health and reflection services."""
-    health_servicer = health.aio.HealthServicer()
-    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    pool = reflection_pool(grpc_service_pb2.DESCRIPTOR, health_pb2.DESCRIPTOR, reflection_pb2.DESCRIPTOR)
-    reflection.enable_server_reflection((SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server, pool)
-    return health_servicer
 
 
 class PredictorServer:
@@ -85,8 +51,19 @@ class PredictorServer:
         self.metrics_address = ""
 
     async def start(self) -> str:
-        """Binds the port (0 picks a free one) and returns ``host:port``."""
+        """Binds the port (0 picks a free one) and returns ``host:port``.
+
+        Raises:
+            OpenDoorError: Bound beyond loopback without a token (and not told to allow it).
+        """
         settings = self.settings
+        check_door(
+            "the predictor",
+            settings.host,
+            settings.auth_token or settings.tokens,
+            settings.allow_unauthenticated,
+            "TRAINWIRE_PREDICTOR_AUTH_TOKEN",
+        )
         store = await asyncio.to_thread(Store, settings.store)
         self.models = ModelRepository(
             store,
@@ -95,7 +72,10 @@ class PredictorServer:
             compile_tree_models=settings.compile_tree_models,
         )
         self.executor = ThreadPoolExecutor(max(1, settings.worker_threads), thread_name_prefix="trainwire-predict")
-        interceptors = [BearerTokenInterceptor(settings.auth_token, (SERVICE_NAME,))] if settings.auth_token else []
+        tokens = TokenTable.from_settings(settings.auth_token, settings.tokens)
+        # Inference and model queries need predict; loading and unloading models, admin.
+        scopes = {"RepositoryModelLoad": ADMIN, "RepositoryModelUnload": ADMIN}
+        interceptors = [BearerTokenInterceptor(tokens, (SERVICE_NAME,), scopes, PREDICT)] if tokens else []
         self.server = grpc.aio.server(
             options=[*message_size_options(settings.max_message_bytes), *KEEPALIVE_SERVER_OPTIONS],
             interceptors=interceptors,
@@ -107,7 +87,7 @@ class PredictorServer:
             recorders=[self.metrics] if self.metrics else [],
         )
         grpc_service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(self.servicer, self.server)
-        health_servicer = add_health_and_reflection(self.server)
+        health_servicer = add_health_and_reflection(self.server, (SERVICE_NAME,), grpc_service_pb2.DESCRIPTOR)
         port = add_port(
             self.server, f"{settings.host}:{settings.port}", settings.tls_cert, settings.tls_key, settings.tls_client_ca
         )
@@ -161,8 +141,12 @@ def main(argv: list[str] | None = None) -> None:
         "--auth-token",
         help="require 'authorization: Bearer <token>' on inference calls (or TRAINWIRE_PREDICTOR_AUTH_TOKEN)",
     )
+    add_auth_arguments(parser)
     add_tls_arguments(parser)
     args = parser.parse_args(argv)
     overrides = {k: v for k, v in vars(args).items() if v is not None}
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    asyncio.run(serve_until_signalled(PredictorServer(PredictorSettings(**overrides)), "trainwire predictor"))
+    try:
+        asyncio.run(serve_until_signalled(PredictorServer(PredictorSettings(**overrides)), "trainwire predictor"))
+    except OpenDoorError as exc:
+        raise SystemExit(f"error: {exc}") from None

@@ -8,10 +8,10 @@ from collections.abc import AsyncIterator
 
 import grpc
 
-from trainwire.errors import FailedPreconditionError, InvalidArgumentError, NotFoundError, TrainwireError
-from trainwire.grpc_status import handle_errors
-from trainwire.inference import grpc_service_pb2 as pb
-from trainwire.inference import grpc_service_pb2_grpc as pb_grpc
+from trainwire_core.errors import FailedPreconditionError, InvalidArgumentError, NotFoundError, TrainwireError
+from trainwire_core.grpc_status import handle_errors
+from trainwire_core.inference import grpc_service_pb2 as pb
+from trainwire_core.inference import grpc_service_pb2_grpc as pb_grpc
 from trainwire_predictor import __version__
 from trainwire_predictor.batching import Batcher
 from trainwire_predictor.model_repository import ModelRepository

@@ -27,6 +27,10 @@ class PredictorSettings(BaseSettings):
     tls_client_ca: str = ""
     # When set, inference calls need ``authorization: Bearer <auth_token>``; health and reflection stay open.
     auth_token: str = ""
+    # Listen beyond loopback without auth_token (refused unless set).
+    allow_unauthenticated: bool = False
+    # Named tokens with scopes (trainwire_core.auth): a JSON object, or the path of a file holding one.
+    tokens: str = ""
     # Prometheus metrics (nv_inference_*) over HTTP on this port of ``host``; 0: off.
     metrics_port: int = 0
     max_message_bytes: int = 64 * 1024 * 1024

@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from trainwire.inference import grpc_service_pb2 as pb
+from trainwire_core.inference import grpc_service_pb2 as pb
 from trainwire_predictor.model_repository import ModelRef
 
 

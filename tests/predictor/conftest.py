@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from trainwire.config import CheckpointConfig
-from trainwire.storage import Store
+from trainwire_core.storage import Store
 
 XGB_PARAMS = {"objective": "binary:logistic", "eval_metric": "logloss", "max_depth": 3, "nthread": 1}
 

@@ -9,10 +9,10 @@ import pytest
 from conftest import commit_checkpoint
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from trainwire.errors import UnauthenticatedError
-from trainwire.inference import grpc_service_pb2 as pb
-from trainwire.inference import grpc_service_pb2_grpc as pb_grpc
-from trainwire.storage import Store
+from trainwire_core.errors import UnauthenticatedError
+from trainwire_core.inference import grpc_service_pb2 as pb
+from trainwire_core.inference import grpc_service_pb2_grpc as pb_grpc
+from trainwire_core.storage import Store
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -23,7 +23,7 @@ MODEL = "auth-model"
 @pytest.fixture(scope="module")
 def secured(tmp_path_factory, local_booster, monkeypatch_module):
     """A predictor whose token comes from TRAINWIRE_PREDICTOR_AUTH_TOKEN, serving one model."""
-    from trainwire.xgboost.trainer import XGBoostCheckpoint
+    from trainwire.xgboost.checkpoint import XGBoostCheckpoint
     from trainwire_predictor.server import PredictorThread
     from trainwire_predictor.settings import PredictorSettings
 

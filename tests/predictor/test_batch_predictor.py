@@ -48,7 +48,7 @@ def test_feature_columns_pick_the_inputs(xgb_result, valid_x):
 
 
 def test_rejects_bad_pool_sizes(xgb_result):
-    from trainwire.errors import InvalidArgumentError
+    from trainwire_core.errors import InvalidArgumentError
 
     with pytest.raises(InvalidArgumentError, match="min_scoring_workers"):
         BatchPredictor(xgb_result.checkpoint, XGBoostPredictor).predict(
@@ -61,7 +61,7 @@ def test_standard_scaled_model_same_in_process_in_batch_and_served(
 ):
     import xgboost
 
-    from trainwire.xgboost.trainer import XGBoostCheckpoint
+    from trainwire.xgboost.checkpoint import XGBoostCheckpoint
 
     train_df = cancer_data[0]
     scaled = fitted_scaler.transform_batch(train_df[features].copy())

@@ -9,10 +9,10 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
-from trainwire.errors import InvalidArgumentError
-from trainwire.inference import grpc_service_pb2 as pb
-from trainwire.inference.codec import to_raw
 from trainwire.predictor import Predictor
+from trainwire_core.errors import InvalidArgumentError
+from trainwire_core.inference import grpc_service_pb2 as pb
+from trainwire_core.inference.codec import to_raw
 from trainwire_predictor.batching import Batcher
 from trainwire_predictor.model_repository import LoadedModel, ModelRef, describe
 

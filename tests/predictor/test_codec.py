@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from trainwire.errors import InvalidArgumentError
-from trainwire.inference import grpc_service_pb2 as pb
-from trainwire.inference.codec import DTYPES, datatype_of, fill_contents, from_contents, from_raw, to_raw
+from trainwire_core.errors import InvalidArgumentError
+from trainwire_core.inference import grpc_service_pb2 as pb
+from trainwire_core.inference.codec import DTYPES, datatype_of, fill_contents, from_contents, from_raw, to_raw
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from conftest import commit_checkpoint
 
-from trainwire.storage import Store
+from trainwire_core.storage import Store
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -26,9 +26,9 @@ MODEL = "coexist"
 
 IMPORTS = {
     "tritonclient_first": "import tritonclient.grpc as grpcclient\nfrom trainwire import PredictorClient\n"
-    "from trainwire.inference import grpc_service_pb2 as pb, grpc_service_pb2_grpc as pb_grpc\n",
+    "from trainwire_core.inference import grpc_service_pb2 as pb, grpc_service_pb2_grpc as pb_grpc\n",
     "trainwire_first": "from trainwire import PredictorClient\n"
-    "from trainwire.inference import grpc_service_pb2 as pb, grpc_service_pb2_grpc as pb_grpc\n"
+    "from trainwire_core.inference import grpc_service_pb2 as pb, grpc_service_pb2_grpc as pb_grpc\n"
     "import tritonclient.grpc as grpcclient\n",
 }
 
@@ -97,7 +97,7 @@ print(json.dumps(report))
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory, valid_x):
-    from trainwire.xgboost.trainer import XGBoostCheckpoint
+    from trainwire.xgboost.checkpoint import XGBoostCheckpoint
 
     if importlib.util.find_spec("tritonclient") is None:
         pytest.skip("tritonclient is not installed (pip install tritonclient)")
@@ -145,7 +145,7 @@ def test_tritonclient_and_trainwire_in_one_process(served, order):
 def test_stubs_stay_out_of_the_default_pool():
     from google.protobuf import descriptor_pool
 
-    from trainwire.inference import grpc_service_pb2 as pb
+    from trainwire_core.inference import grpc_service_pb2 as pb
 
     assert pb.DESCRIPTOR.pool is not descriptor_pool.Default()
     with pytest.raises(KeyError):
@@ -155,4 +155,4 @@ def test_stubs_stay_out_of_the_default_pool():
     assert pb.ModelInferRequest.FromString(request.SerializeToString()) == request
     assert type(request.inputs[0]) is pb.ModelInferRequest.InferInputTensor
     assert pb.ModelInferRequest.InferInputTensor.__qualname__ == "ModelInferRequest.InferInputTensor"
-    assert pb.ModelInferRequest.__module__ == "trainwire.inference.grpc_service_pb2"
+    assert pb.ModelInferRequest.__module__ == "trainwire_core.inference.grpc_service_pb2"

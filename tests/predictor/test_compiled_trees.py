@@ -11,8 +11,8 @@ import pandas as pd
 import pytest
 from conftest import commit_checkpoint
 
-from trainwire.manifest import COMPILED_DIR, verify_checkpoint
-from trainwire.storage import Store
+from trainwire_core.manifest import COMPILED_DIR, verify_checkpoint
+from trainwire_core.storage import Store
 from trainwire_predictor.compiled_trees import TreeCompiler, compile_booster
 from trainwire_predictor.model_repository import ModelRepository
 
@@ -32,7 +32,7 @@ def _data(seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
 def _xgb(objective: str, **params):
     import xgboost
 
-    from trainwire.xgboost.trainer import XGBoostCheckpoint
+    from trainwire.xgboost.checkpoint import XGBoostCheckpoint
 
     x, score = _data()
     label = {"binary:logistic": score > 0, "reg:squarederror": score}.get(objective)
@@ -50,7 +50,7 @@ def _xgb(objective: str, **params):
 def _lgb(objective: str):
     import lightgbm
 
-    from trainwire.lightgbm.trainer import LightGBMCheckpoint
+    from trainwire.lightgbm.checkpoint import LightGBMCheckpoint
 
     x, score = _data()
     params = {"objective": objective, "verbose": -1, "num_threads": 1, "num_leaves": 8}

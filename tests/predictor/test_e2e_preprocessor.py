@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from trainwire.checkpoint import Checkpoint
-from trainwire.v1 import common_pb2
+from trainwire_core.v1 import common_pb2
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -78,8 +78,8 @@ def test_declarative_preprocessor_needs_no_pickled_code(
 
 
 def test_unknown_declarative_preprocessor_is_bad_input(client, cancer_data):
-    from trainwire.errors import InvalidArgumentError
     from trainwire.xgboost import XGBoostTrainer
+    from trainwire_core.errors import InvalidArgumentError
 
     request = XGBoostTrainer(
         params={"objective": "binary:logistic"}, label_column="target", datasets={"train": cancer_data[0]}

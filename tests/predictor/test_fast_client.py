@@ -13,12 +13,12 @@ import pandas as pd
 import pytest
 from conftest import XGB_PARAMS, commit_checkpoint
 
-from trainwire.errors import TrainwireError
-from trainwire.inference import grpc_service_pb2 as pb
-from trainwire.inference import grpc_service_pb2_grpc as pb_grpc
-from trainwire.inference.codec import datatype_of
 from trainwire.predictor_client import PredictorClient, decode_response, encode_request, service_config
-from trainwire.storage import Store
+from trainwire_core.errors import TrainwireError
+from trainwire_core.inference import grpc_service_pb2 as pb
+from trainwire_core.inference import grpc_service_pb2_grpc as pb_grpc
+from trainwire_core.inference.codec import datatype_of
+from trainwire_core.storage import Store
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -49,7 +49,7 @@ def successes(address: str, model: str = MODEL) -> int:
 @pytest.fixture(scope="module")
 def fast_store(tmp_path_factory, local_booster):
     """A store serving the in-process booster as MODEL (checkpoint c1)."""
-    from trainwire.xgboost.trainer import XGBoostCheckpoint
+    from trainwire.xgboost.checkpoint import XGBoostCheckpoint
 
     store = Store(str(tmp_path_factory.mktemp("fast-client") / "store"))
     commit_checkpoint(store, "run-fast", MODEL, "c1", XGBoostCheckpoint.from_model(local_booster).path, 1)
@@ -73,8 +73,8 @@ def replicas(fast_store):
 
 
 def local_predict(booster, frame: pd.DataFrame) -> pd.DataFrame:
+    from trainwire.xgboost.checkpoint import XGBoostCheckpoint
     from trainwire.xgboost.predictor import XGBoostPredictor
-    from trainwire.xgboost.trainer import XGBoostCheckpoint
 
     return XGBoostPredictor.from_checkpoint(XGBoostCheckpoint.from_model(booster)).predict(frame)
 
@@ -139,7 +139,7 @@ def test_changed_columns_are_never_scored_in_the_old_order(tmp_path, cancer_data
     """A new checkpoint that takes the columns in another order: the client notices it before answering."""
     import xgboost
 
-    from trainwire.xgboost.trainer import XGBoostCheckpoint
+    from trainwire.xgboost.checkpoint import XGBoostCheckpoint
 
     train = cancer_data[0]
     first = xgboost.train(XGB_PARAMS, xgboost.DMatrix(train[features], label=train["target"]), 4)

@@ -8,9 +8,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from trainwire.inference import grpc_service_pb2 as pb
-from trainwire.inference import grpc_service_pb2_grpc as pb_grpc
-from trainwire.inference.codec import CONTENTS_FIELDS, DTYPES
+from trainwire_core.inference import grpc_service_pb2 as pb
+from trainwire_core.inference import grpc_service_pb2_grpc as pb_grpc
+from trainwire_core.inference.codec import CONTENTS_FIELDS, DTYPES
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -9,8 +9,8 @@ import pytest
 from conftest import commit_checkpoint
 from prometheus_client.parser import text_string_to_metric_families
 
-from trainwire.errors import InvalidArgumentError, NotFoundError
-from trainwire.storage import Store
+from trainwire_core.errors import InvalidArgumentError, NotFoundError
+from trainwire_core.storage import Store
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -25,7 +25,7 @@ def free_port() -> int:
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory, local_booster):
-    from trainwire.xgboost.trainer import XGBoostCheckpoint
+    from trainwire.xgboost.checkpoint import XGBoostCheckpoint
     from trainwire_predictor.server import PredictorThread
     from trainwire_predictor.settings import PredictorSettings
 

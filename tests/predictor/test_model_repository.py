@@ -12,8 +12,8 @@ import pytest
 from conftest import commit_checkpoint
 
 from trainwire.config import CheckpointConfig
-from trainwire.errors import FailedPreconditionError, NotFoundError
-from trainwire.storage import Store
+from trainwire_core.errors import FailedPreconditionError, NotFoundError
+from trainwire_core.storage import Store
 from trainwire_predictor.model_repository import ModelRepository, load_predictor
 
 pytestmark = pytest.mark.timeout(60)
@@ -21,7 +21,7 @@ pytestmark = pytest.mark.timeout(60)
 
 @pytest.fixture
 def xgb_dir(local_booster, tmp_path):
-    from trainwire.xgboost.trainer import XGBoostCheckpoint
+    from trainwire.xgboost.checkpoint import XGBoostCheckpoint
 
     return XGBoostCheckpoint.from_model(local_booster).path
 

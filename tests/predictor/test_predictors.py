@@ -7,14 +7,14 @@ import pandas as pd
 import pytest
 
 from trainwire.checkpoint import Checkpoint
-from trainwire.errors import InvalidArgumentError
+from trainwire_core.errors import InvalidArgumentError
 
 pytestmark = pytest.mark.timeout(120)
 
 
 def test_xgboost_predictor_accepts_frame_array_and_dict(local_booster, valid_x):
+    from trainwire.xgboost.checkpoint import XGBoostCheckpoint
     from trainwire.xgboost.predictor import XGBoostPredictor
-    from trainwire.xgboost.trainer import XGBoostCheckpoint
 
     predictor = XGBoostPredictor.from_checkpoint(XGBoostCheckpoint.from_model(local_booster))
     import xgboost
@@ -31,8 +31,8 @@ def test_xgboost_predictor_accepts_frame_array_and_dict(local_booster, valid_x):
 
 
 def test_xgboost_predictor_applies_the_preprocessor(local_booster, valid_x, fitted_scaler):
+    from trainwire.xgboost.checkpoint import XGBoostCheckpoint
     from trainwire.xgboost.predictor import XGBoostPredictor
-    from trainwire.xgboost.trainer import XGBoostCheckpoint
 
     ckpt = XGBoostCheckpoint.from_model(local_booster, preprocessor=fitted_scaler)
     predictor = XGBoostPredictor.from_checkpoint(ckpt)

@@ -243,8 +243,8 @@ def test_a_checkpoints_preprocessor_is_vectorised_after_loading(fitted):
     """What BatchPredictor's scoring workers and the service load: the checkpoint's own copy."""
     import xgboost
 
+    from trainwire.xgboost.checkpoint import XGBoostCheckpoint
     from trainwire.xgboost.predictor import XGBoostPredictor
-    from trainwire.xgboost.trainer import XGBoostCheckpoint
 
     p = fitted["Chain"]
     train = p.transform_batch(pd.DataFrame(_request(rows=100, seed=2)))

@@ -14,9 +14,9 @@ import pandas as pd
 import pytest
 from conftest import commit_checkpoint
 
-from trainwire.inference import grpc_service_pb2 as pb
-from trainwire.inference import grpc_service_pb2_grpc as pb_grpc
-from trainwire.inference.codec import to_raw
+from trainwire_core.inference import grpc_service_pb2 as pb
+from trainwire_core.inference import grpc_service_pb2_grpc as pb_grpc
+from trainwire_core.inference.codec import to_raw
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -132,7 +132,7 @@ def test_bad_input_gets_clear_statuses(stub, xgb_result, valid_x):
 
 
 def test_rejected_fields_travel_as_bad_request(predictor_client, valid_x):
-    from trainwire.errors import InvalidArgumentError
+    from trainwire_core.errors import InvalidArgumentError
 
     with pytest.raises(InvalidArgumentError, match="unexpected input") as err:
         predictor_client.predict(XGB, valid_x.assign(extra=1.0))
@@ -186,8 +186,8 @@ def test_two_predictors_serve_a_checkpoint_committed_after_they_started(
 ):
     """The session's predictor (in this process) and a second predictor process share only the store."""
     from trainwire.predictor_client import PredictorClient
+    from trainwire.xgboost.checkpoint import XGBoostCheckpoint
     from trainwire.xgboost.predictor import XGBoostPredictor
-    from trainwire.xgboost.trainer import XGBoostCheckpoint
 
     log_path = tmp_path / "second.log"
     second = subprocess.Popen(
@@ -318,8 +318,8 @@ def test_concurrent_requests_batched_answer_each_its_own(stub, xgb_local, valid_
 
 
 def test_an_uploaded_checkpoint_is_served_under_its_run_name(client, predictor_client, local_booster, valid_x):
+    from trainwire.xgboost.checkpoint import XGBoostCheckpoint
     from trainwire.xgboost.predictor import XGBoostPredictor
-    from trainwire.xgboost.trainer import XGBoostCheckpoint
 
     ckpt = XGBoostCheckpoint.from_model(local_booster)
     client.upload_checkpoint(ckpt.path, "pred-uploaded")

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from conftest import commit_checkpoint
 
-from trainwire.storage import Store
+from trainwire_core.storage import Store
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -24,7 +24,7 @@ MODEL = "stats-model"
 @pytest.fixture(scope="module")
 def address(tmp_path_factory, local_booster):
     """A predictor serving one run with two versions (c1, c2; c2 is the latest)."""
-    from trainwire.xgboost.trainer import XGBoostCheckpoint
+    from trainwire.xgboost.checkpoint import XGBoostCheckpoint
     from trainwire_predictor.server import PredictorThread
     from trainwire_predictor.settings import PredictorSettings
 

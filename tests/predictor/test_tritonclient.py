@@ -11,7 +11,7 @@ import sys
 import numpy as np
 import pytest
 
-from trainwire.inference import grpc_service_pb2
+from trainwire_core.inference import grpc_service_pb2
 
 pytestmark = pytest.mark.timeout(240)
 

@@ -12,11 +12,12 @@ from typing import Any
 
 from trainwire.checkpoint import Checkpoint
 from trainwire.config import SyncConfig
-from trainwire.storage import Store
-from trainwire.tls import ClientTLS
-from trainwire.train.context import TrainContext, set_session
-from trainwire.v1 import common_pb2, coordinator_pb2, worker_reports_pb2
+from trainwire.train.context import set_session
+from trainwire_core.storage import Store
+from trainwire_core.v1 import common_pb2, coordinator_pb2, worker_reports_pb2
+from trainwire_core.worker_runtime import WorkerRun
 from trainwire_worker.artifacts import ArtifactSyncer
+from trainwire_worker.backends import get_backend
 from trainwire_worker.report_client import ReportStreamClient
 from trainwire_worker.session import WorkerSession
 
@@ -35,8 +36,9 @@ def worker_error(rank: int, attempt: int, exc: BaseException) -> common_pb2.Work
 class TrainWorker:
     """One rank of a run: backend setup calls, then the training loop.
 
-    The coordinator wraps this class with ``ray.remote`` and places one
-    instance per bundle of the run's placement group.
+    Registered as the ``actor`` of the ``trainwire.worker_runtime`` entry points; the
+    coordinator wraps it with ``ray.remote`` and places one per bundle of the run's
+    placement group.
     """
 
     def __init__(self) -> None:
@@ -58,34 +60,28 @@ class TrainWorker:
         """Runs ``fn(self, *args, **kwargs)`` here: how backends set a worker up."""
         return fn(self, *args, **kwargs)
 
-    def run(
-        self,
-        request_bytes: bytes,
-        context: TrainContext,
-        coordinator_address: str,
-        report_secret: str,
-        report_tls: ClientTLS | None,
-        store_uri: str,
-        checkpoint_uri: str,
-        dataset_shards: dict[str, Any],
-        next_report_index: int,
-        train_fn: Callable[[TrainWorker, coordinator_pb2.FitRequest], None],
-    ) -> bytes:
+    def check_framework(self, framework: str) -> None:
+        """Fails at once, with the install hint, when this host lacks the framework's package."""
+        get_backend(framework, check_installed=True)
+
+    def run(self, spec: WorkerRun) -> bytes:
         """Runs the training function; returns a serialized WorkerError, or b"" on success.
 
         Every report has reached the coordinator when this returns.
         """
-        request = coordinator_pb2.FitRequest.FromString(request_bytes)
+        train_fn = get_backend(spec.framework).train
+        request = coordinator_pb2.FitRequest.FromString(spec.request_bytes)
+        context = spec.context
         trial_dir = os.path.join(
             tempfile.gettempdir(), "trainwire", context.run_id, f"rank_{context.world_rank}_attempt_{context.attempt}"
         )
         os.makedirs(trial_dir, exist_ok=True)
         context = dataclasses.replace(context, trial_dir=trial_dir)
-        store = Store(store_uri)
+        store = Store(spec.store_uri)
         artifacts = ArtifactSyncer(
             store, context.run_id, context.world_rank, trial_dir, SyncConfig.from_proto(request.run_config.sync_config)
         )
-        reports = ReportStreamClient(coordinator_address, context.run_id, report_secret, tls=report_tls)
+        reports = ReportStreamClient(spec.coordinator_address, context.run_id, spec.report_secret, tls=spec.report_tls)
         reports.send(
             worker_reports_pb2.WorkerReport(
                 run_id=context.run_id,
@@ -98,9 +94,9 @@ class TrainWorker:
             context=context,
             store=store,
             reports=reports,
-            checkpoint=Checkpoint(checkpoint_uri) if checkpoint_uri else None,
-            dataset_shards=dataset_shards,
-            next_report_index=next_report_index,
+            checkpoint=Checkpoint(spec.checkpoint_uri) if spec.checkpoint_uri else None,
+            dataset_shards=spec.dataset_shards,
+            next_report_index=spec.next_report_index,
             artifacts=artifacts,
         )
         set_session(session)

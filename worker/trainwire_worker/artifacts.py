@@ -16,7 +16,7 @@ import threading
 from pathlib import Path
 
 from trainwire.config import SyncConfig
-from trainwire.storage import Store
+from trainwire_core.storage import Store
 
 logger = logging.getLogger(__name__)
 

@@ -9,11 +9,11 @@ from __future__ import annotations
 import queue
 import threading
 
-from trainwire.serving import REPORT_RUN_ID_METADATA as RUN_ID_METADATA
-from trainwire.serving import REPORT_SECRET_METADATA as SECRET_METADATA
-from trainwire.serving import message_size_options
-from trainwire.tls import ClientTLS, open_channel
-from trainwire.v1 import worker_reports_pb2, worker_reports_pb2_grpc
+from trainwire_core.serving import REPORT_RUN_ID_METADATA as RUN_ID_METADATA
+from trainwire_core.serving import REPORT_SECRET_METADATA as SECRET_METADATA
+from trainwire_core.serving import message_size_options
+from trainwire_core.tls import ClientTLS, open_channel
+from trainwire_core.v1 import worker_reports_pb2, worker_reports_pb2_grpc
 
 _CLOSE = object()
 

@@ -5,13 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 from trainwire.checkpoint import Checkpoint
-from trainwire.errors import InvalidArgumentError
-from trainwire.storage import Store
-from trainwire.structs import metrics_to_struct
 from trainwire.train.context import TrainContext, TrainSession
-from trainwire.v1 import common_pb2, worker_reports_pb2
+from trainwire_core.datasets import ShardSpec
+from trainwire_core.errors import InvalidArgumentError
+from trainwire_core.storage import Store
+from trainwire_core.structs import metrics_to_struct
+from trainwire_core.v1 import common_pb2, worker_reports_pb2
 from trainwire_worker.artifacts import ArtifactSyncer
-from trainwire_worker.datasets import ShardSpec, read_shard
+from trainwire_worker.datasets import read_shard
 from trainwire_worker.report_client import ReportStreamClient
 
 

@@ -5,6 +5,8 @@ and broadcast the initial state, as under horovodrun; the workers get the rendez
 and rank variables from the coordinator. Checkpoints are torch checkpoints (``model.pt``).
 """
 
-from trainwire.horovod.trainer import HorovodCheckpoint, HorovodConfig, HorovodPredictor, HorovodTrainer
+from trainwire.horovod.checkpoint import HorovodCheckpoint
+from trainwire.horovod.predictor import HorovodPredictor
+from trainwire.horovod.trainer import HorovodConfig, HorovodTrainer
 
 __all__ = ["HorovodCheckpoint", "HorovodConfig", "HorovodPredictor", "HorovodTrainer"]

@@ -1,16 +1,16 @@
-"""Horovod as every trainwire component sees it (see ``trainwire.frameworks``).
+"""Horovod as every trainwire component sees it (see ``trainwire_core.frameworks``).
 
 Its checkpoints are torch checkpoints, served by the torch predictor.
 """
 
-from trainwire.frameworks import Framework
+from trainwire_core.frameworks import Framework
 
 FRAMEWORK = Framework(
     name="horovod",
     trainer="trainwire.horovod.trainer:HorovodTrainer",
-    checkpoint="trainwire.horovod.trainer:HorovodCheckpoint",
-    predictor="trainwire.horovod.trainer:HorovodPredictor",
-    backend="trainwire_worker.backends.horovod:HorovodBackend",
+    checkpoint="trainwire.horovod.checkpoint:HorovodCheckpoint",
+    predictor="trainwire.horovod.predictor:HorovodPredictor",
     model_file="model.pt",
     platform="pytorch",
+    detection_order=4,
 )

@@ -6,19 +6,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from trainwire.errors import InvalidArgumentError
+from trainwire.horovod.checkpoint import HorovodCheckpoint
 from trainwire.horovod.framework import FRAMEWORK
-from trainwire.torch.checkpoint import TorchCheckpoint
-from trainwire.torch.predictor import TorchPredictor
 from trainwire.trainer import DataParallelTrainer
-
-
-class HorovodCheckpoint(TorchCheckpoint):
-    """A torch checkpoint (``model.pt``) written by a Horovod run."""
-
-
-class HorovodPredictor(TorchPredictor):
-    """``TorchPredictor`` for checkpoints of Horovod runs."""
+from trainwire_core.errors import InvalidArgumentError
 
 
 @dataclass

@@ -1,16 +1,16 @@
-"""HuggingFace Transformers as every trainwire component sees it (see ``trainwire.frameworks``).
+"""HuggingFace Transformers as every trainwire component sees it (see ``trainwire_core.frameworks``).
 
 Runs on the torch backend; checkpoints hold ``save_pretrained`` output in ``checkpoint/``.
 """
 
-from trainwire.frameworks import Framework
+from trainwire_core.frameworks import Framework
 
 FRAMEWORK = Framework(
     name="huggingface",
     trainer="trainwire.huggingface.trainer:HuggingFaceTrainer",
     checkpoint="trainwire.huggingface.checkpoint:HuggingFaceCheckpoint",
     predictor="trainwire.huggingface.predictor:HuggingFacePredictor",
-    backend="trainwire_worker.backends.huggingface:HuggingFaceBackend",
     model_file="checkpoint/config.json",
     platform="huggingface",
+    detection_order=5,
 )

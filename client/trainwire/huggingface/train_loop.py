@@ -9,10 +9,10 @@ import cloudpickle
 import transformers
 
 from trainwire import train
-from trainwire.errors import InvalidArgumentError
 from trainwire.huggingface.checkpoint import model_dir
 from trainwire.huggingface.trainer import EVAL_DATASET, TRAIN_DATASET
 from trainwire.huggingface.transformers import RayTrainReportCallback, ShardRows, prepare_trainer
+from trainwire_core.errors import InvalidArgumentError
 
 
 def huggingface_train_loop(config: dict[str, Any]) -> None:

@@ -16,11 +16,11 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
-from trainwire.errors import InvalidArgumentError
 from trainwire.huggingface.checkpoint import HuggingFaceCheckpoint
 from trainwire.huggingface.framework import FRAMEWORK
 from trainwire.torch.trainer import TorchConfig, TorchTrainer
 from trainwire.trainer import pickle_by_value
+from trainwire_core.errors import InvalidArgumentError
 
 TRAIN_DATASET = "train"
 EVAL_DATASET = "evaluation"

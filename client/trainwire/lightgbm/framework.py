@@ -1,15 +1,15 @@
-"""LightGBM as every trainwire component sees it (see ``trainwire.frameworks``)."""
+"""LightGBM as every trainwire component sees it (see ``trainwire_core.frameworks``)."""
 
-from trainwire.frameworks import Framework
+from trainwire_core.frameworks import Framework
 
 FRAMEWORK = Framework(
     name="lightgbm",
     trainer="trainwire.lightgbm.trainer:LightGBMTrainer",
-    checkpoint="trainwire.lightgbm.trainer:LightGBMCheckpoint",
+    checkpoint="trainwire.lightgbm.checkpoint:LightGBMCheckpoint",
     predictor="trainwire.lightgbm.predictor:LightGBMPredictor",
-    backend="trainwire_worker.backends.lightgbm:LightGBMBackend",
     model_file="model.txt",
     platform="lightgbm",
+    detection_order=2,
     # Many small batches at once: one thread each (results are the same).
     serving_kwargs={"num_threads": 1},
     compiles_trees=True,

@@ -7,12 +7,11 @@ from typing import Any
 import numpy as np
 
 from trainwire.checkpoint import Checkpoint
-from trainwire.gbdt import CompiledTreesMixin
 from trainwire.lightgbm.framework import FRAMEWORK
 from trainwire.predictor import Predictor
 
 
-class LightGBMPredictor(CompiledTreesMixin, Predictor):
+class LightGBMPredictor(Predictor):
     """Scores with a LightGBM booster.
 
     Args:
@@ -39,7 +38,7 @@ class LightGBMPredictor(CompiledTreesMixin, Predictor):
 
     @classmethod
     def from_checkpoint(cls, checkpoint: Checkpoint, **kwargs: Any) -> LightGBMPredictor:
-        from trainwire.lightgbm.trainer import LightGBMCheckpoint
+        from trainwire.lightgbm.checkpoint import LightGBMCheckpoint
 
         booster = LightGBMCheckpoint(checkpoint.path, checkpoint.filesystem).get_model()
         return cls(booster, **cls.checkpoint_defaults(checkpoint, kwargs))
@@ -48,7 +47,7 @@ class LightGBMPredictor(CompiledTreesMixin, Predictor):
     def model_columns(self) -> list[str] | None:
         return self.model.feature_name() or self.feature_columns
 
-    def framework_predict(self, data: np.ndarray, **kwargs: Any) -> np.ndarray:
+    def _predict_numpy(self, data: np.ndarray, **kwargs: Any) -> np.ndarray:
         if self.num_threads is not None:
             kwargs.setdefault("num_threads", self.num_threads)
         return self.model.predict(data, **kwargs)

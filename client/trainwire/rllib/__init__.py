@@ -7,7 +7,8 @@ import os
 # the current format no longer load in that process (a predictor serving both, say).
 os.environ.setdefault("RLLIB_TEST_NO_TF_IMPORT", "1")
 
+from trainwire.rllib.checkpoint import RLCheckpoint  # noqa: E402
 from trainwire.rllib.predictor import RLPredictor  # noqa: E402
-from trainwire.rllib.trainer import RLCheckpoint, RLTrainer  # noqa: E402
+from trainwire.rllib.trainer import RLTrainer  # noqa: E402
 
 __all__ = ["RLCheckpoint", "RLPredictor", "RLTrainer"]

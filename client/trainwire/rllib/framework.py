@@ -1,15 +1,15 @@
-"""RLlib as every trainwire component sees it (see ``trainwire.frameworks``).
+"""RLlib as every trainwire component sees it (see ``trainwire_core.frameworks``).
 
 Its checkpoints are RLlib checkpoint folders, recognised by their manifest.
 """
 
-from trainwire.frameworks import Framework
+from trainwire_core.frameworks import Framework
 
 FRAMEWORK = Framework(
     name="rllib",
     trainer="trainwire.rllib.trainer:RLTrainer",
-    checkpoint="trainwire.rllib.trainer:RLCheckpoint",
+    checkpoint="trainwire.rllib.checkpoint:RLCheckpoint",
     predictor="trainwire.rllib.predictor:RLPredictor",
-    backend="trainwire_worker.backends.rl:RLBackend",
     platform="rllib",
+    detection_order=8,
 )

@@ -36,7 +36,7 @@ class RLPredictor(Predictor):
 
     @classmethod
     def from_checkpoint(cls, checkpoint: Checkpoint, module_id: str | None = None, **kwargs: Any) -> RLPredictor:
-        from trainwire.rllib.trainer import DEFAULT_MODULE_ID, RLCheckpoint
+        from trainwire.rllib.checkpoint import DEFAULT_MODULE_ID, RLCheckpoint
 
         module = RLCheckpoint(checkpoint.path, checkpoint.filesystem).get_policy_module(module_id or DEFAULT_MODULE_ID)
         return cls(module, **cls.checkpoint_defaults(checkpoint, kwargs))

@@ -1,13 +1,13 @@
-"""scikit-learn as every trainwire component sees it (see ``trainwire.frameworks``)."""
+"""scikit-learn as every trainwire component sees it (see ``trainwire_core.frameworks``)."""
 
-from trainwire.frameworks import Framework
+from trainwire_core.frameworks import Framework
 
 FRAMEWORK = Framework(
     name="sklearn",
     trainer="trainwire.sklearn.trainer:SklearnTrainer",
-    checkpoint="trainwire.sklearn.trainer:SklearnCheckpoint",
+    checkpoint="trainwire.sklearn.checkpoint:SklearnCheckpoint",
     predictor="trainwire.sklearn.predictor:SklearnPredictor",
-    backend="trainwire_worker.backends.sklearn:SklearnBackend",
     model_file="model.pkl",
     platform="sklearn",
+    detection_order=7,
 )

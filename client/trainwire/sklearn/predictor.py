@@ -31,7 +31,7 @@ class SklearnPredictor(Predictor):
 
     @classmethod
     def from_checkpoint(cls, checkpoint: Checkpoint, **kwargs: Any) -> SklearnPredictor:
-        from trainwire.sklearn.trainer import SklearnCheckpoint
+        from trainwire.sklearn.checkpoint import SklearnCheckpoint
 
         estimator = SklearnCheckpoint(checkpoint.path, checkpoint.filesystem).get_estimator()
         return cls(estimator, **cls.checkpoint_defaults(checkpoint, kwargs))

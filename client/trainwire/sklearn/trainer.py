@@ -2,28 +2,13 @@
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
-import cloudpickle
-
-from trainwire.checkpoint import Checkpoint
-from trainwire.errors import InvalidArgumentError
+from trainwire.sklearn.checkpoint import SklearnCheckpoint
 from trainwire.sklearn.framework import FRAMEWORK
 from trainwire.trainer import BaseTrainer, pickle_by_value
-from trainwire.v1 import coordinator_pb2
-
-MODEL_FILENAME = FRAMEWORK.model_file
-
-
-class SklearnCheckpoint(Checkpoint):
-    """A checkpoint holding a fitted estimator (``model.pkl``)."""
-
-    def get_estimator(self) -> Any:
-        with self.as_directory() as d, open(os.path.join(d, MODEL_FILENAME), "rb") as f:
-            return cloudpickle.load(f)
-
-    get_model = get_estimator
+from trainwire_core.errors import InvalidArgumentError
+from trainwire_core.v1 import coordinator_pb2
 
 
 class SklearnTrainer(BaseTrainer):

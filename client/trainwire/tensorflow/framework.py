@@ -1,13 +1,13 @@
-"""TensorFlow as every trainwire component sees it (see ``trainwire.frameworks``)."""
+"""TensorFlow as every trainwire component sees it (see ``trainwire_core.frameworks``)."""
 
-from trainwire.frameworks import Framework
+from trainwire_core.frameworks import Framework
 
 FRAMEWORK = Framework(
     name="tensorflow",
     trainer="trainwire.tensorflow.trainer:TensorflowTrainer",
-    checkpoint="trainwire.tensorflow.trainer:TensorflowCheckpoint",
+    checkpoint="trainwire.tensorflow.checkpoint:TensorflowCheckpoint",
     predictor="trainwire.tensorflow.predictor:TensorflowPredictor",
-    backend="trainwire_worker.backends.tensorflow:TensorflowBackend",
     model_file="model.keras",
     platform="tensorflow",
+    detection_order=6,
 )

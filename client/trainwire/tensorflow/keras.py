@@ -11,7 +11,7 @@ from typing import Any
 import tensorflow as tf
 
 from trainwire import train
-from trainwire.tensorflow.trainer import TensorflowCheckpoint
+from trainwire.tensorflow.checkpoint import TensorflowCheckpoint
 
 _HOOKS = (
     "epoch_begin",

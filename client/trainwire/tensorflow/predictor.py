@@ -38,7 +38,7 @@ class TensorflowPredictor(Predictor):
     @classmethod
     def from_checkpoint(cls, checkpoint: Checkpoint, **kwargs: Any) -> TensorflowPredictor:
         """Loads the Keras model of a ``TensorflowCheckpoint``."""
-        from trainwire.tensorflow.trainer import TensorflowCheckpoint
+        from trainwire.tensorflow.checkpoint import TensorflowCheckpoint
 
         model = TensorflowCheckpoint(checkpoint.path, checkpoint.filesystem).get_model()
         return cls(model, **cls.checkpoint_defaults(checkpoint, kwargs))

@@ -1,13 +1,13 @@
-"""Torch as every trainwire component sees it (see ``trainwire.frameworks``)."""
+"""Torch as every trainwire component sees it (see ``trainwire_core.frameworks``)."""
 
-from trainwire.frameworks import Framework
+from trainwire_core.frameworks import Framework
 
 FRAMEWORK = Framework(
     name="torch",
     trainer="trainwire.torch.trainer:TorchTrainer",
     checkpoint="trainwire.torch.checkpoint:TorchCheckpoint",
     predictor="trainwire.torch.predictor:TorchPredictor",
-    backend="trainwire_worker.backends.torch:TorchBackend",
     model_file="model.pt",
     platform="pytorch",
+    detection_order=3,
 )

@@ -7,12 +7,11 @@ from typing import Any
 import numpy as np
 
 from trainwire.checkpoint import Checkpoint
-from trainwire.gbdt import CompiledTreesMixin
 from trainwire.predictor import Predictor
 from trainwire.xgboost.framework import FRAMEWORK
 
 
-class XGBoostPredictor(CompiledTreesMixin, Predictor):
+class XGBoostPredictor(Predictor):
     """Scores with an XGBoost booster.
 
     Args:
@@ -43,7 +42,7 @@ class XGBoostPredictor(CompiledTreesMixin, Predictor):
 
     @classmethod
     def from_checkpoint(cls, checkpoint: Checkpoint, **kwargs: Any) -> XGBoostPredictor:
-        from trainwire.xgboost.trainer import XGBoostCheckpoint
+        from trainwire.xgboost.checkpoint import XGBoostCheckpoint
 
         booster = XGBoostCheckpoint.get_model(checkpoint)
         return cls(booster, **cls.checkpoint_defaults(checkpoint, kwargs))
@@ -52,6 +51,6 @@ class XGBoostPredictor(CompiledTreesMixin, Predictor):
     def model_columns(self) -> list[str] | None:
         return self.model.feature_names or self.feature_columns
 
-    def framework_predict(self, data: np.ndarray, **kwargs: Any) -> np.ndarray:
+    def _predict_numpy(self, data: np.ndarray, **kwargs: Any) -> np.ndarray:
         # Columns are already in the booster's order; inplace_predict skips building a DMatrix.
         return self.model.inplace_predict(data, validate_features=False, **kwargs)

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import abc
+import base64
+import binascii
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -28,6 +31,38 @@ class RunRecord:
     updated_at: float
     data: bytes
     idempotency_key: str = ""
+
+
+_MALFORMED = "page_token is malformed"
+
+
+def encode_page_token(created_at: float, run_id: str) -> str:
+    """Encodes a keyset position (the last run of a page) as an opaque token.
+
+    Both metadata store backends use this format.
+    """
+    raw = f"{created_at!r}|{run_id}".encode()
+    return base64.urlsafe_b64encode(raw).decode("ascii")
+
+
+def decode_page_token(token: str) -> tuple[float, str]:
+    """Decodes a token made by `encode_page_token`.
+
+    Raises:
+        ValueError: The token is malformed.
+    """
+    try:
+        raw = base64.urlsafe_b64decode(token.encode("ascii")).decode()
+        created, sep, run_id = raw.partition("|")
+        created_at = float(created)
+    except (ValueError, binascii.Error, UnicodeError):
+        raise ValueError(_MALFORMED) from None
+    if not sep or not run_id or not math.isfinite(created_at):
+        raise ValueError(_MALFORMED)
+    # urlsafe_b64decode skips stray characters; insist on the canonical form.
+    if encode_page_token(created_at, run_id) != token:
+        raise ValueError(_MALFORMED)
+    return created_at, run_id
 
 
 class MetadataStore(abc.ABC):
@@ -66,7 +101,6 @@ class MetadataStore(abc.ABC):
     def get_run_by_name(self, name: str) -> RunRecord | None:
         """Returns the newest run (by created_at, then run_id) with this name, or None."""
 
-    @abc.abstractmethod
     def list_runs(
         self, states: Sequence[int] = (), page_size: int = 100, page_token: str = ""
     ) -> tuple[list[RunRecord], str]:
@@ -84,6 +118,31 @@ class MetadataStore(abc.ABC):
 
         Raises:
             ValueError: The page token is malformed, or ``page_size`` < 1.
+        """
+        if page_size < 1:
+            raise ValueError("page_size must be >= 1")
+        before = decode_page_token(page_token) if page_token else None
+        wanted = frozenset(int(s) for s in states)
+        found = self._newest_runs(wanted, before, page_size + 1)
+        # A run may have changed state since a backend's index was read: it is left out, and
+        # the next page still starts after it.
+        page = [r for _, r in found[:page_size] if r is not None and (not wanted or r.state in wanted)]
+        next_token = encode_page_token(*found[page_size - 1][0]) if len(found) > page_size else ""
+        return page, next_token
+
+    @abc.abstractmethod
+    def _newest_runs(
+        self, states: frozenset[int], before: tuple[float, str] | None, limit: int
+    ) -> list[tuple[tuple[float, str], RunRecord | None]]:
+        """Up to ``limit`` runs, newest first, each with its keyset position ``(created_at, run_id)``.
+
+        Args:
+            states: Only runs in these states (as the backend's index last saw them); empty: all.
+            before: Only runs strictly before this position; None: from the newest.
+            limit: The most runs to return.
+
+        Returns:
+            Positions with their records; a record is None when the run vanished since it was found.
         """
 
     @abc.abstractmethod

@@ -15,12 +15,10 @@ Keys, all under ``<prefix>:``:
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
 
 import redis
 
 from .base import MetadataStore, RunRecord
-from .sqlite_store import decode_page_token, encode_page_token
 
 _SIGN = 1 << 63
 _MASK = (1 << 64) - 1
@@ -168,46 +166,25 @@ class RedisMetadataStore(MetadataStore):
         newest = self._redis.zrange(self._key("idx", "name", name), -1, -1)
         return self.get_run(_run_id_of(newest[0])) if newest else None
 
-    def list_runs(
-        self, states: Sequence[int] = (), page_size: int = 100, page_token: str = ""
-    ) -> tuple[list[RunRecord], str]:
-        """Lists runs newest first (ties by run_id, descending), optionally only those in ``states``.
-
-        Raises:
-            ValueError: The page token is malformed or ``page_size`` < 1.
-        """
-        if page_size < 1:
-            raise ValueError("page_size must be >= 1")
-        upper = "+"
-        if page_token:
-            upper = "(" + _member(*decode_page_token(page_token))
-        wanted = {int(s) for s in states}
-        indexes = [self._key("idx", "state", s) for s in sorted(wanted)] or [self._key("idx", "all")]
-
-        # The newest page_size + 1 runs overall are among the newest
-        # page_size + 1 of each state's index.
+    def _newest_runs(
+        self, states: frozenset[int], before: tuple[float, str] | None, limit: int
+    ) -> list[tuple[tuple[float, str], RunRecord | None]]:
+        upper = "(" + _member(*before) if before is not None else "+"
+        indexes = [self._key("idx", "state", s) for s in sorted(states)] or [self._key("idx", "all")]
+        # The newest ``limit`` runs overall are among the newest ``limit`` of each state's index.
         with self._redis.pipeline(transaction=False) as pipe:
             for index in indexes:
-                pipe.zrevrangebylex(index, upper, "-", start=0, num=page_size + 1)
-            members = sorted({m for found in pipe.execute() for m in found}, reverse=True)[: page_size + 1]
-
-        page_members = members[:page_size]
+                pipe.zrevrangebylex(index, upper, "-", start=0, num=limit)
+            members = sorted({m for found in pipe.execute() for m in found}, reverse=True)[:limit]
         with self._redis.pipeline(transaction=False) as pipe:
-            for member in page_members:
+            for member in members:
                 pipe.hgetall(self._key("run", _run_id_of(member)))
             all_fields = pipe.execute()
-        page = []
-        for member, fields in zip(page_members, all_fields, strict=True):
-            record = self._to_record(_run_id_of(member), fields)
-            # The run may have changed state since the index was read.
-            if record is not None and (not wanted or record.state in wanted):
-                page.append(record)
-
-        next_token = ""
-        if len(members) > page_size:
-            last = page_members[-1].decode()
-            next_token = encode_page_token(_from_sort_key(last[:16]), last[16:])
-        return page, next_token
+        found = []
+        for member, fields in zip(members, all_fields, strict=True):
+            key = member.decode()
+            found.append(((_from_sort_key(key[:16]), key[16:]), self._to_record(_run_id_of(member), fields)))
+        return found
 
     def append_event(self, run_id: str, payload: bytes) -> int:
         """Appends an event to the run's log (the run's existence is not checked).

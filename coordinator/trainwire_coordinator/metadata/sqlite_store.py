@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import base64
-import binascii
 import contextlib
-import math
 import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
@@ -36,37 +33,6 @@ CREATE TABLE IF NOT EXISTS events (
 """
 
 _COLUMNS = "run_id, name, state, created_at, updated_at, data, idempotency_key"
-
-_MALFORMED = "page_token is malformed"
-
-
-def encode_page_token(created_at: float, run_id: str) -> str:
-    """Encodes a keyset position (the last run of a page) as an opaque token.
-
-    Both metadata store backends use this format.
-    """
-    raw = f"{created_at!r}|{run_id}".encode()
-    return base64.urlsafe_b64encode(raw).decode("ascii")
-
-
-def decode_page_token(token: str) -> tuple[float, str]:
-    """Decodes a token made by `encode_page_token`.
-
-    Raises:
-        ValueError: The token is malformed.
-    """
-    try:
-        raw = base64.urlsafe_b64decode(token.encode("ascii")).decode()
-        created, sep, run_id = raw.partition("|")
-        created_at = float(created)
-    except (ValueError, binascii.Error, UnicodeError):
-        raise ValueError(_MALFORMED) from None
-    if not sep or not run_id or not math.isfinite(created_at):
-        raise ValueError(_MALFORMED)
-    # urlsafe_b64decode skips stray characters; insist on the canonical form.
-    if encode_page_token(created_at, run_id) != token:
-        raise ValueError(_MALFORMED)
-    return created_at, run_id
 
 
 def _to_record(row: tuple) -> RunRecord:
@@ -178,34 +144,22 @@ class SQLiteMetadataStore(MetadataStore):
         )
         return _to_record(rows[0]) if rows else None
 
-    def list_runs(
-        self, states: Sequence[int] = (), page_size: int = 100, page_token: str = ""
-    ) -> tuple[list[RunRecord], str]:
-        """Lists runs newest first (ties by run_id, descending), optionally only those in ``states``.
-
-        Raises:
-            ValueError: The page token is malformed or ``page_size`` < 1.
-        """
-        if page_size < 1:
-            raise ValueError("page_size must be >= 1")
+    def _newest_runs(
+        self, states: frozenset[int], before: tuple[float, str] | None, limit: int
+    ) -> list[tuple[tuple[float, str], RunRecord | None]]:
         clauses: list[str] = []
         params: list[object] = []
         if states:
-            wanted = sorted({int(s) for s in states})
-            clauses.append(f"state IN ({', '.join('?' * len(wanted))})")
-            params.extend(wanted)
-        if page_token:
-            created_at, run_id = decode_page_token(page_token)
+            clauses.append(f"state IN ({', '.join('?' * len(states))})")
+            params.extend(sorted(states))
+        if before is not None:
             clauses.append("(created_at, run_id) < (?, ?)")
-            params.extend((created_at, run_id))
+            params.extend(before)
         where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
-        params.append(page_size + 1)
+        params.append(limit)
         rows = self._query(f"SELECT {_COLUMNS} FROM runs {where} ORDER BY created_at DESC, run_id DESC LIMIT ?", params)
-        page = [_to_record(row) for row in rows[:page_size]]
-        next_token = ""
-        if len(rows) > page_size:
-            next_token = encode_page_token(page[-1].created_at, page[-1].run_id)
-        return page, next_token
+        records = [_to_record(row) for row in rows]
+        return [((r.created_at, r.run_id), r) for r in records]
 
     def append_event(self, run_id: str, payload: bytes) -> int:
         """Appends an event to the run's log (the run's existence is not checked).

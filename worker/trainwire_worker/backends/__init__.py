@@ -1,5 +1,5 @@
-"""Framework backends, looked up by name; the controller never branches on a framework."""
+"""Each framework's worker half, found by name."""
 
-from trainwire_worker.backends.base import Backend, get_backend
+from trainwire_worker.backends.base import WorkerBackend, get_backend
 
-__all__ = ["Backend", "get_backend"]
+__all__ = ["WorkerBackend", "get_backend"]

@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING, Any
 
 import cloudpickle
 
-from trainwire.errors import InvalidArgumentError
-from trainwire.structs import struct_to_dict
-from trainwire.v1 import coordinator_pb2
-from trainwire_worker.backends.base import Backend
+from trainwire_core.errors import InvalidArgumentError
+from trainwire_core.structs import struct_to_dict
+from trainwire_core.v1 import coordinator_pb2
+from trainwire_worker.backends.base import WorkerBackend
 
 if TYPE_CHECKING:
     from trainwire_worker.actor import TrainWorker
@@ -56,25 +56,7 @@ def run_train_loop(worker: TrainWorker, request: coordinator_pb2.FitRequest) -> 
         fn()
 
 
-class DataParallelBackend(Backend):
-    """Runs user code on every worker; subclasses add the framework's setup."""
-
-    spec_field = "data_parallel"
-    uses_ray_data = True
-
-    def validate(self, request: coordinator_pb2.FitRequest, datasets: dict) -> None:
-        super().validate(request, datasets)
-        loop = request.data_parallel.train_loop
-        source = loop.WhichOneof("source")
-        if source is None:
-            raise InvalidArgumentError(
-                "data_parallel.train_loop needs pickled_function or entry_point",
-                field="data_parallel.train_loop",
-            )
-        if source == "entry_point" and ":" not in loop.entry_point:
-            raise InvalidArgumentError(
-                f"entry point must look like 'package.module:function', got {loop.entry_point!r}",
-                field="data_parallel.train_loop.entry_point",
-            )
+class DataParallelBackend(WorkerBackend):
+    """Runs the user's loop on every worker."""
 
     train = staticmethod(run_train_loop)

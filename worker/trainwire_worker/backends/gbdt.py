@@ -1,4 +1,4 @@
-"""Shared parts of the declarative gradient-boosting backends."""
+"""What the XGBoost and LightGBM training functions share: resuming, and reporting a round."""
 
 from __future__ import annotations
 
@@ -11,27 +11,7 @@ from typing import Any
 
 from trainwire import train
 from trainwire.checkpoint import Checkpoint
-from trainwire.dataset_schema import DatasetSchema
-from trainwire.errors import InvalidArgumentError
-from trainwire.v1 import coordinator_pb2
-from trainwire_worker.backends.base import Backend, check_tabular_datasets
-
-
-class GBDTBackend(Backend):
-    """Validation shared by XGBoost and LightGBM: params, label column, datasets."""
-
-    spec_field = "gbdt"
-    uses_ray_data = False
-    reuse_workers = True
-
-    def validate(self, request: coordinator_pb2.FitRequest, datasets: dict[str, DatasetSchema]) -> None:
-        super().validate(request, datasets)
-        spec = request.gbdt
-        check_tabular_datasets(datasets, spec.label_column, "gbdt.label_column")
-        if spec.num_boost_round < 1:
-            raise InvalidArgumentError(
-                f"gbdt.num_boost_round must be >= 1, got {spec.num_boost_round}", field="gbdt.num_boost_round"
-            )
+from trainwire_core.v1 import coordinator_pb2
 
 
 def report_round(
@@ -71,3 +51,22 @@ def checkpoint_due(request: coordinator_pb2.FitRequest, iteration: int, last: bo
     at_end = cfg.checkpoint_at_end if cfg.HasField("checkpoint_at_end") else True
     freq = cfg.checkpoint_frequency
     return (last and at_end) or (freq > 0 and iteration % freq == 0)
+
+
+def resume_point(
+    request: coordinator_pb2.FitRequest, model_file: str, load: Callable[[str], Any], rounds_done: Callable[[Any], int]
+) -> tuple[Any, int, int]:
+    """Where a boosting run starts: (model of the latest checkpoint or None, rounds done, rounds left).
+
+    Args:
+        request: The run's request (its ``gbdt.num_boost_round`` is the total).
+        model_file: The model's file name in a checkpoint.
+        load: Loads a booster from a path.
+        rounds_done: The rounds a loaded booster holds.
+    """
+    start_model = None
+    if (checkpoint := train.get_checkpoint()) is not None:
+        with checkpoint.as_directory() as d:
+            start_model = load(os.path.join(d, model_file))
+    done = rounds_done(start_model) if start_model is not None else 0
+    return start_model, done, max(request.gbdt.num_boost_round - done, 0)

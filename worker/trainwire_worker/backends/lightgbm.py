@@ -12,20 +12,15 @@ from typing import TYPE_CHECKING, Any
 
 from trainwire import train
 from trainwire.lightgbm.framework import FRAMEWORK
-from trainwire.structs import struct_to_dict
-from trainwire.v1 import coordinator_pb2
-from trainwire_worker.backends.base import write_model_metadata
-from trainwire_worker.backends.gbdt import GBDTBackend, checkpoint_due, report_round
+from trainwire_core.structs import struct_to_dict
+from trainwire_core.v1 import coordinator_pb2
+from trainwire_worker.backends.base import WorkerBackend, write_model_metadata
+from trainwire_worker.backends.gbdt import checkpoint_due, report_round, resume_point
 
 if TYPE_CHECKING:
     from trainwire_worker.actor import TrainWorker
-    from trainwire_worker.backends.base import WorkerGroup
 
 MODEL_FILENAME = FRAMEWORK.model_file
-
-
-def _set_network(worker: TrainWorker, network: dict[str, Any]) -> None:
-    worker.state["lightgbm_network"] = network
 
 
 def to_dataset(table: Any, label_column: str, dataset_params: dict[str, Any], reference: Any = None) -> Any:
@@ -54,12 +49,9 @@ def train_lightgbm(worker: TrainWorker, request: coordinator_pb2.FitRequest) -> 
         valid_sets.append(to_dataset(table, spec.label_column, dataset_params, reference=dtrain))
         valid_names.append(name)
 
-    start_model = None
-    if (checkpoint := train.get_checkpoint()) is not None:
-        with checkpoint.as_directory() as d:
-            start_model = lightgbm.Booster(model_file=os.path.join(d, MODEL_FILENAME))
-    done = start_model.current_iteration() if start_model is not None else 0
-    rounds = max(spec.num_boost_round - done, 0)
+    start_model, done, rounds = resume_point(
+        request, MODEL_FILENAME, lambda path: lightgbm.Booster(model_file=path), lambda m: m.current_iteration()
+    )
 
     def save(model: Any, path: str) -> bytes:
         """Writes the model into ``path`` (if given); returns its trees, serialised.
@@ -94,33 +86,8 @@ def train_lightgbm(worker: TrainWorker, request: coordinator_pb2.FitRequest) -> 
     )
 
 
-class LightGBMBackend(GBDTBackend):
+class LightGBMBackend(WorkerBackend):
     name = FRAMEWORK.name
     module = "lightgbm"
     package = "lightgbm"
-
-    async def on_training_start(self, group: WorkerGroup, request: coordinator_pb2.FitRequest) -> None:
-        if len(group) == 1:
-            await group.execute(_set_network, {})
-            return
-        ports = await group.execute(lambda w: w.free_port())
-        machines = ",".join(f"{m.node_ip}:{port}" for m, port in zip(group.metas, ports))
-        await group.execute_each(
-            _set_network,
-            [
-                (
-                    {
-                        "tree_learner": "data",
-                        "num_machines": len(group),
-                        "machines": machines,
-                        "local_listen_port": port,
-                        # All rows of a worker are its own: no need to re-partition.
-                        "pre_partition": True,
-                        "time_out": 2,
-                    },
-                )
-                for port in ports
-            ],
-        )
-
     train = staticmethod(train_lightgbm)

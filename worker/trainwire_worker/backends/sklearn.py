@@ -12,14 +12,12 @@ import cloudpickle
 
 from trainwire import train
 from trainwire.checkpoint import Checkpoint
-from trainwire.dataset_schema import DatasetSchema
-from trainwire.errors import InvalidArgumentError
 from trainwire.sklearn.framework import FRAMEWORK
-from trainwire.structs import struct_to_dict
-from trainwire.v1 import coordinator_pb2
+from trainwire_core.errors import InvalidArgumentError
+from trainwire_core.structs import struct_to_dict
+from trainwire_core.v1 import coordinator_pb2
 from trainwire_worker.backends.base import (
-    Backend,
-    check_tabular_datasets,
+    WorkerBackend,
     write_model_metadata,
 )
 
@@ -79,25 +77,8 @@ def train_sklearn(worker: TrainWorker, request: coordinator_pb2.FitRequest) -> N
         train.report(metrics, checkpoint=Checkpoint.from_directory(tmp))
 
 
-class SklearnBackend(Backend):
+class SklearnBackend(WorkerBackend):
     name = FRAMEWORK.name
     module = "sklearn"
     package = "scikit-learn"
-    spec_field = "sklearn"
-    uses_ray_data = False
-    reuse_workers = True
-
-    def validate(self, request: coordinator_pb2.FitRequest, datasets: dict[str, DatasetSchema]) -> None:
-        super().validate(request, datasets)
-        spec = request.sklearn
-        if request.scaling_config.num_workers > 1:
-            raise InvalidArgumentError(
-                "SklearnTrainer trains on one worker; set scaling_config.num_workers=1 "
-                "(use trainer_resources for more CPUs)",
-                field="scaling_config.num_workers",
-            )
-        if spec.WhichOneof("estimator") is None:
-            raise InvalidArgumentError("sklearn.estimator is required", field="sklearn.estimator")
-        check_tabular_datasets(datasets, spec.label_column, "sklearn.label_column")
-
     train = staticmethod(train_sklearn)

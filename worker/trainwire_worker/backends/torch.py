@@ -1,86 +1,12 @@
-"""Torch: a real process group (gloo on CPU, nccl on GPU) across the workers."""
+"""Torch: the user's loop, in the process group the coordinator's half set up."""
 
 from __future__ import annotations
 
-import os
-from datetime import timedelta
-from typing import TYPE_CHECKING
-
-from trainwire.structs import struct_to_dict
 from trainwire.torch.framework import FRAMEWORK
-from trainwire.v1 import coordinator_pb2
 from trainwire_worker.backends.data_parallel import DataParallelBackend
-
-if TYPE_CHECKING:
-    from trainwire_worker.actor import TrainWorker
-    from trainwire_worker.backends.base import WorkerGroup
-
-
-def _setup_process_group(
-    worker: TrainWorker,
-    master_addr: str,
-    master_port: int,
-    rank: int,
-    world_size: int,
-    local_rank: int,
-    local_world_size: int,
-    backend: str,
-    timeout_s: float,
-) -> None:
-    import torch.distributed as dist
-
-    os.environ.update(
-        MASTER_ADDR=master_addr,
-        MASTER_PORT=str(master_port),
-        RANK=str(rank),
-        WORLD_SIZE=str(world_size),
-        LOCAL_RANK=str(local_rank),
-        # As torchrun sets it; accelerate sizes its CPU threads by it.
-        LOCAL_WORLD_SIZE=str(local_world_size),
-    )
-    dist.init_process_group(
-        backend=backend,
-        init_method=f"tcp://{master_addr}:{master_port}",
-        rank=rank,
-        world_size=world_size,
-        timeout=timedelta(seconds=timeout_s),
-    )
-
-
-def _destroy_process_group(worker: TrainWorker) -> None:
-    import torch.distributed as dist
-
-    if dist.is_initialized():
-        dist.destroy_process_group()
 
 
 class TorchBackend(DataParallelBackend):
     name = FRAMEWORK.name
     module = "torch"
     package = "torch"
-
-    async def on_start(self, group: WorkerGroup, request: coordinator_pb2.FitRequest) -> None:
-        options = struct_to_dict(request.data_parallel.backend_config)
-        backend = options.get("backend") or ("nccl" if request.scaling_config.use_gpu else "gloo")
-        timeout_s = float(options.get("timeout_s", 1800))
-        master_addr = group.metas[0].node_ip
-        master_port = await group.execute_single(0, lambda w: w.free_port())
-        await group.execute_each(
-            _setup_process_group,
-            [
-                (
-                    master_addr,
-                    master_port,
-                    m.world_rank,
-                    len(group),
-                    m.local_rank,
-                    m.local_world_size,
-                    backend,
-                    timeout_s,
-                )
-                for m in group.metas
-            ],
-        )
-
-    async def on_shutdown(self, group: WorkerGroup, request: coordinator_pb2.FitRequest) -> None:
-        await group.execute(_destroy_process_group)

@@ -11,30 +11,16 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from trainwire import train
-from trainwire.structs import struct_to_dict
-from trainwire.v1 import coordinator_pb2
 from trainwire.xgboost.framework import FRAMEWORK
-from trainwire_worker.backends.base import write_model_metadata
-from trainwire_worker.backends.gbdt import GBDTBackend, checkpoint_due, report_round
+from trainwire_core.structs import struct_to_dict
+from trainwire_core.v1 import coordinator_pb2
+from trainwire_worker.backends.base import WorkerBackend, write_model_metadata
+from trainwire_worker.backends.gbdt import checkpoint_due, report_round, resume_point
 
 if TYPE_CHECKING:
     from trainwire_worker.actor import TrainWorker
-    from trainwire_worker.backends.base import WorkerGroup
 
 MODEL_FILENAME = FRAMEWORK.model_file
-
-
-def _start_tracker(worker: TrainWorker, host_ip: str, world_size: int) -> dict[str, Any]:
-    from xgboost.tracker import RabitTracker
-
-    tracker = RabitTracker(n_workers=world_size, host_ip=host_ip, sortby="task")
-    tracker.start()
-    worker.state["xgboost_tracker"] = tracker  # keeps it alive for the run
-    return tracker.worker_args()
-
-
-def _set_args(worker: TrainWorker, args: dict[str, Any]) -> None:
-    worker.state["xgboost_args"] = args
 
 
 def to_dmatrix(table: Any, label_column: str, dmatrix_params: dict[str, Any]) -> Any:
@@ -59,12 +45,9 @@ def train_xgboost(worker: TrainWorker, request: coordinator_pb2.FitRequest) -> N
     dtrain = to_dmatrix(train_table, spec.label_column, dmatrix_params)
     evals = [(dtrain, "train")] + [(to_dmatrix(t, spec.label_column, dmatrix_params), n) for n, t in shards.items()]
 
-    start_model = None
-    if (checkpoint := train.get_checkpoint()) is not None:
-        with checkpoint.as_directory() as d:
-            start_model = xgboost.Booster(model_file=os.path.join(d, MODEL_FILENAME))
-    done = start_model.num_boosted_rounds() if start_model is not None else 0
-    rounds = max(spec.num_boost_round - done, 0)
+    start_model, done, rounds = resume_point(
+        request, MODEL_FILENAME, lambda path: xgboost.Booster(model_file=path), lambda m: m.num_boosted_rounds()
+    )
 
     def save(model: Any, path: str) -> bytes:
         """Writes the model into ``path`` (if given); returns its bytes."""
@@ -103,15 +86,8 @@ def train_xgboost(worker: TrainWorker, request: coordinator_pb2.FitRequest) -> N
         )
 
 
-class XGBoostBackend(GBDTBackend):
+class XGBoostBackend(WorkerBackend):
     name = FRAMEWORK.name
     module = "xgboost"
     package = "xgboost"
-
-    async def on_training_start(self, group: WorkerGroup, request: coordinator_pb2.FitRequest) -> None:
-        if len(group) == 1:
-            return
-        args = await group.execute_single(0, _start_tracker, group.metas[0].node_ip, len(group))
-        await group.execute(_set_args, args)
-
     train = staticmethod(train_xgboost)

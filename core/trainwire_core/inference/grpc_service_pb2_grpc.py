@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from trainwire.inference import grpc_service_pb2 as trainwire_dot_inference_dot_grpc__service__pb2
+from trainwire_core.inference import grpc_service_pb2 as trainwire_dot_inference_dot_grpc__service__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__

@@ -24,7 +24,7 @@ from urllib.parse import quote
 
 import pyarrow.fs as pafs
 
-from trainwire.errors import DataLossError, InvalidArgumentError, NotFoundError
+from trainwire_core.errors import DataLossError, InvalidArgumentError, NotFoundError
 
 MANIFEST_NAME = "manifest.json"
 INDEX_NAME = "checkpoints.json"

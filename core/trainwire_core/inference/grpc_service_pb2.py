@@ -9,7 +9,7 @@ from google.protobuf import descriptor_pool as _descriptor_pool
 from google.protobuf import runtime_version as _runtime_version
 from google.protobuf import symbol_database as _symbol_database
 from google.protobuf.internal import builder as _builder
-from trainwire.inference import _pool as _pool  # a private descriptor pool
+from trainwire_core.inference import _pool as _pool  # a private descriptor pool
 _runtime_version.ValidateProtobufRuntimeVersion(
     _runtime_version.Domain.PUBLIC,
     7,
@@ -29,7 +29,7 @@ DESCRIPTOR = _pool.AddSerializedFile(b'\n&trainwire/inference/grpc_service.proto
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
-_pool.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'trainwire.inference.grpc_service_pb2', _globals)
+_pool.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'trainwire_core.inference.grpc_service_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_MODELINFERREQUEST_INFERINPUTTENSOR_PARAMETERSENTRY']._loaded_options = None

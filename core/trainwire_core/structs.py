@@ -8,7 +8,7 @@ from typing import Any
 
 from google.protobuf import json_format, struct_pb2
 
-from trainwire.errors import InvalidArgumentError
+from trainwire_core.errors import InvalidArgumentError
 
 
 def to_struct(values: dict[str, Any] | None, field: str) -> struct_pb2.Struct:

@@ -13,7 +13,7 @@ from google.protobuf import any_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
-from trainwire.errors import TrainwireError, error_for_code
+from trainwire_core.errors import TrainwireError, error_for_code
 
 logger = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@ import datetime
 
 from google.protobuf import struct_pb2 as _struct_pb2
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
-from trainwire.v1 import common_pb2 as _common_pb2
+from trainwire_core.v1 import common_pb2 as _common_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
@@ -131,7 +131,7 @@ class FitRequest(_message.Message):
     def __init__(self, framework: _Optional[str] = ..., scaling_config: _Optional[_Union[_common_pb2.ScalingConfig, _Mapping]] = ..., run_config: _Optional[_Union[_common_pb2.RunConfig, _Mapping]] = ..., datasets: _Optional[_Mapping[str, DatasetRef]] = ..., data_parallel: _Optional[_Union[DataParallelSpec, _Mapping]] = ..., gbdt: _Optional[_Union[GBDTSpec, _Mapping]] = ..., sklearn: _Optional[_Union[SklearnSpec, _Mapping]] = ..., rl: _Optional[_Union[RLSpec, _Mapping]] = ..., resume_from_checkpoint: _Optional[str] = ..., pickled_preprocessor: _Optional[bytes] = ..., preprocessor: _Optional[_Union[PreprocessorSpec, _Mapping]] = ..., idempotency_key: _Optional[str] = ..., metadata: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ...) -> None: ...
 
 class Run(_message.Message):
-    __slots__ = ("run_id", "name", "state", "state_reason", "framework", "path", "latest_metrics", "latest_checkpoint", "best_checkpoints", "error", "num_failures", "created_at", "updated_at", "request", "attempt", "last_report_index", "num_coordinator_restarts")
+    __slots__ = ("run_id", "name", "state", "state_reason", "framework", "path", "latest_metrics", "latest_checkpoint", "best_checkpoints", "error", "num_failures", "created_at", "updated_at", "request", "attempt", "last_report_index", "num_coordinator_restarts", "submitted_by")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
@@ -149,6 +149,7 @@ class Run(_message.Message):
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     LAST_REPORT_INDEX_FIELD_NUMBER: _ClassVar[int]
     NUM_COORDINATOR_RESTARTS_FIELD_NUMBER: _ClassVar[int]
+    SUBMITTED_BY_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     name: str
     state: _common_pb2.RunState
@@ -166,7 +167,8 @@ class Run(_message.Message):
     attempt: int
     last_report_index: int
     num_coordinator_restarts: int
-    def __init__(self, run_id: _Optional[str] = ..., name: _Optional[str] = ..., state: _Optional[_Union[_common_pb2.RunState, str]] = ..., state_reason: _Optional[str] = ..., framework: _Optional[str] = ..., path: _Optional[str] = ..., latest_metrics: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., latest_checkpoint: _Optional[_Union[_common_pb2.CheckpointInfo, _Mapping]] = ..., best_checkpoints: _Optional[_Iterable[_Union[_common_pb2.CheckpointInfo, _Mapping]]] = ..., error: _Optional[_Union[_common_pb2.WorkerError, _Mapping]] = ..., num_failures: _Optional[int] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., request: _Optional[_Union[FitRequest, _Mapping]] = ..., attempt: _Optional[int] = ..., last_report_index: _Optional[int] = ..., num_coordinator_restarts: _Optional[int] = ...) -> None: ...
+    submitted_by: str
+    def __init__(self, run_id: _Optional[str] = ..., name: _Optional[str] = ..., state: _Optional[_Union[_common_pb2.RunState, str]] = ..., state_reason: _Optional[str] = ..., framework: _Optional[str] = ..., path: _Optional[str] = ..., latest_metrics: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., latest_checkpoint: _Optional[_Union[_common_pb2.CheckpointInfo, _Mapping]] = ..., best_checkpoints: _Optional[_Iterable[_Union[_common_pb2.CheckpointInfo, _Mapping]]] = ..., error: _Optional[_Union[_common_pb2.WorkerError, _Mapping]] = ..., num_failures: _Optional[int] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., request: _Optional[_Union[FitRequest, _Mapping]] = ..., attempt: _Optional[int] = ..., last_report_index: _Optional[int] = ..., num_coordinator_restarts: _Optional[int] = ..., submitted_by: _Optional[str] = ...) -> None: ...
 
 class GetRunRequest(_message.Message):
     __slots__ = ("run_id",)
@@ -175,14 +177,16 @@ class GetRunRequest(_message.Message):
     def __init__(self, run_id: _Optional[str] = ...) -> None: ...
 
 class ListRunsRequest(_message.Message):
-    __slots__ = ("states", "page_size", "page_token")
+    __slots__ = ("states", "page_size", "page_token", "submitted_by")
     STATES_FIELD_NUMBER: _ClassVar[int]
     PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
     PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    SUBMITTED_BY_FIELD_NUMBER: _ClassVar[int]
     states: _containers.RepeatedScalarFieldContainer[_common_pb2.RunState]
     page_size: int
     page_token: str
-    def __init__(self, states: _Optional[_Iterable[_Union[_common_pb2.RunState, str]]] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+    submitted_by: str
+    def __init__(self, states: _Optional[_Iterable[_Union[_common_pb2.RunState, str]]] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., submitted_by: _Optional[str] = ...) -> None: ...
 
 class ListRunsResponse(_message.Message):
     __slots__ = ("runs", "next_page_token")

@@ -3,8 +3,8 @@
 import grpc
 import warnings
 
-from trainwire.v1 import common_pb2 as trainwire_dot_v1_dot_common__pb2
-from trainwire.v1 import coordinator_pb2 as trainwire_dot_v1_dot_coordinator__pb2
+from trainwire_core.v1 import common_pb2 as trainwire_dot_v1_dot_common__pb2
+from trainwire_core.v1 import coordinator_pb2 as trainwire_dot_v1_dot_coordinator__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from trainwire.errors import InvalidArgumentError
+from trainwire_core.errors import InvalidArgumentError
 
 # Datatype name -> numpy dtype (little-endian), as in the KServe v2 protocol.
 DTYPES: dict[str, np.dtype] = {

@@ -12,8 +12,8 @@ import json
 
 import pyarrow.fs as pafs
 
-from trainwire.errors import DataLossError
-from trainwire.storage import MANIFEST_NAME, ManifestEntry, Store, is_relative_path
+from trainwire_core.errors import DataLossError
+from trainwire_core.storage import MANIFEST_NAME, ManifestEntry, Store, is_relative_path
 
 _CHUNK = 1 << 20
 # Where the predictor caches what it derives from a checkpoint (compiled tree models). Not part of

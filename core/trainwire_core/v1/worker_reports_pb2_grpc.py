@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from trainwire.v1 import worker_reports_pb2 as trainwire_dot_v1_dot_worker__reports__pb2
+from trainwire_core.v1 import worker_reports_pb2 as trainwire_dot_v1_dot_worker__reports__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import grpc
 
-from trainwire.errors import InvalidArgumentError
+from trainwire_core.errors import InvalidArgumentError
 
 
 def _read(path: str, field: str) -> bytes:

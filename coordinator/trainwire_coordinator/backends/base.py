@@ -1,0 +1,98 @@
+"""A framework's coordinator half (Ray Train V2's backend interface) and how it is found.
+
+The coordinator validates a run, sets up the framework's rendezvous on the worker
+group and gives the workers their environment; the training function itself is the
+worker runtime's half. Each framework's half is registered in the
+``trainwire.coordinator_backends`` entry-point group, so the controller never
+branches on a framework.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from trainwire_core.dataset_schema import DatasetSchema
+from trainwire_core.errors import InvalidArgumentError
+from trainwire_core.frameworks import COORDINATOR_BACKENDS_GROUP, registered_half
+from trainwire_core.v1 import coordinator_pb2
+
+
+class WorkerGroup(Protocol):
+    """What a backend sees of a run's worker group (``placement.WorkerGroup``).
+
+    Functions sent with ``execute*`` run on each worker as ``fn(worker, *args)``; ``worker``
+    is the worker runtime's actor, with ``state`` (a dict kept for the process) and ``free_port()``.
+    """
+
+    actors: list[Any]
+    metas: list[Any]
+
+    def __len__(self) -> int: ...
+
+    async def execute(self, fn: Callable[..., Any], *args: Any) -> list[Any]: ...
+
+    async def execute_single(self, rank: int, fn: Callable[..., Any], *args: Any) -> Any: ...
+
+    async def execute_each(self, fn: Callable[..., Any], args_by_rank: list[tuple[Any, ...]]) -> list[Any]: ...
+
+
+class CoordinatorBackend:
+    """A framework's hooks around a worker group's life, run in the coordinator.
+
+    Subclasses set ``name`` and the trainer spec they take (``spec_field``).
+    """
+
+    name: str = ""
+    spec_field: str = "data_parallel"
+    # True: datasets reach workers as Ray Data iterators (streaming_split);
+    # False: as ShardSpecs the worker reads itself.
+    uses_ray_data: bool = True
+    # True when no user code keeps state in the worker process, so a warm
+    # worker can serve the next run of the same shape.
+    reuse_workers: bool = False
+
+    def validate(self, request: coordinator_pb2.FitRequest, datasets: dict[str, DatasetSchema]) -> None:
+        """Raises InvalidArgumentError naming the field when the request cannot run."""
+        which = request.WhichOneof("trainer")
+        if which != self.spec_field:
+            raise InvalidArgumentError(
+                f"framework {self.name!r} takes a {self.spec_field} spec, got {which or 'none'}",
+                field=self.spec_field,
+            )
+
+    async def on_start(self, group: WorkerGroup, request: coordinator_pb2.FitRequest) -> None:
+        """After the actors start: set up the framework's process group."""
+
+    async def on_training_start(self, group: WorkerGroup, request: coordinator_pb2.FitRequest) -> None:
+        """Just before the training function runs."""
+
+    async def on_shutdown(self, group: WorkerGroup, request: coordinator_pb2.FitRequest) -> None:
+        """Before the actors are killed (best effort)."""
+
+    def worker_env(self, request: coordinator_pb2.FitRequest) -> dict[str, str]:
+        """Environment variables the worker processes need at start."""
+        return {}
+
+
+def check_tabular_datasets(datasets: dict[str, DatasetSchema], label_column: str, field: str) -> None:
+    """A declarative trainer needs a "train" dataset and its label column in every dataset."""
+    if "train" not in datasets:
+        raise InvalidArgumentError("datasets must include 'train'", field="datasets")
+    if not label_column:
+        raise InvalidArgumentError(f"{field} is required", field=field)
+    for name, schema in datasets.items():
+        if label_column not in schema.columns:
+            raise InvalidArgumentError(
+                f"label column {label_column!r} is not in dataset {name!r} (columns: {', '.join(schema.columns)})",
+                field=field,
+            )
+
+
+def get_backend(name: str) -> CoordinatorBackend:
+    """The coordinator half of the framework registered as ``name``.
+
+    Raises:
+        InvalidArgumentError: Unknown framework (field ``framework``).
+    """
+    return registered_half(COORDINATOR_BACKENDS_GROUP, name)()

@@ -1,0 +1,63 @@
+"""What the coordinator and the worker runtime agree on, so that neither imports the other.
+
+The coordinator places one actor per rank of the class the worker runtime registers
+in the ``trainwire.worker_runtime`` entry-point group (as ``actor``), calls
+``check_framework(name)`` on each, then ``run(WorkerRun)``. The actor finds the
+framework's training function in its own registry (``trainwire.worker_backends``).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+from importlib.metadata import entry_points
+from typing import Any
+
+from trainwire_core.tls import ClientTLS
+
+WORKER_RUNTIME_GROUP = "trainwire.worker_runtime"
+
+
+@dataclass(frozen=True)
+class WorkerRun:
+    """Everything one rank needs to run one attempt of a run.
+
+    Args:
+        framework: The framework whose training function runs (its worker backend's name).
+        request_bytes: The serialized ``FitRequest``.
+        context: The rank's ``trainwire.train.context.TrainContext``.
+        coordinator_address: Where the report stream goes.
+        report_secret: The run's secret on the report stream.
+        report_tls: How to verify the coordinator (None: plaintext).
+        store_uri: The shared store's root.
+        checkpoint_uri: The checkpoint to resume from ("" for none).
+        dataset_shards: This rank's dataset shards by name (Ray Data iterators or ``ShardSpec``s).
+        next_report_index: The index the rank's first report takes.
+    """
+
+    framework: str
+    request_bytes: bytes
+    context: Any
+    coordinator_address: str
+    report_secret: str = ""
+    report_tls: ClientTLS | None = None
+    store_uri: str = ""
+    checkpoint_uri: str = ""
+    dataset_shards: dict[str, Any] = field(default_factory=dict)
+    next_report_index: int = 0
+
+
+@functools.cache
+def worker_actor_class() -> type:
+    """The worker runtime's actor class (not yet wrapped with ``ray.remote``).
+
+    Raises:
+        RuntimeError: No worker runtime is installed.
+    """
+    found = entry_points(group=WORKER_RUNTIME_GROUP, name="actor")
+    if not found:
+        raise RuntimeError(
+            f"no trainwire worker runtime is installed (entry point group {WORKER_RUNTIME_GROUP!r}): "
+            "pip install trainwire-worker on every Ray node"
+        )
+    return next(iter(found)).load()
