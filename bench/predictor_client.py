@@ -43,8 +43,8 @@ def train_model(workdir: Path):
     from sklearn.datasets import load_breast_cancer
 
     from trainwire.config import CheckpointConfig
-    from trainwire_core.storage import Store
     from trainwire_coordinator.checkpoint_manager import CheckpointManager
+    from trainwire_core.storage import Store
 
     data = load_breast_cancer(as_frame=True)
     x = data.data
@@ -79,9 +79,9 @@ def measure(address: str, frame, calls: int) -> dict[str, list[float]]:
     import grpc
     import numpy as np
 
+    from trainwire.predictor_client import PredictorClient, decode_response, encode_request
     from trainwire_core.inference import grpc_service_pb2 as pb
     from trainwire_core.inference import grpc_service_pb2_grpc as pb_grpc
-    from trainwire.predictor_client import PredictorClient, decode_response, encode_request
 
     rows = np.ascontiguousarray(frame.to_numpy(), dtype="<f8")
     raw = pb.ModelInferRequest(model_name=MODEL)

@@ -70,8 +70,8 @@ def _commit(workdir: Path, run: str, booster: Any, preprocessor: Any = None) -> 
 
     from trainwire.checkpoint import METADATA_NAME
     from trainwire.config import CheckpointConfig
-    from trainwire_core.storage import Store
     from trainwire_coordinator.checkpoint_manager import CheckpointManager
+    from trainwire_core.storage import Store
 
     model_dir = workdir / f"model-{run}"
     model_dir.mkdir()
@@ -288,8 +288,8 @@ def sdk_load(port: int, seconds: float, warmup_s: float, request: bytes) -> dict
     import numpy as np
     import pandas as pd
 
-    from trainwire_core.inference import grpc_service_pb2 as pb
     from trainwire.predictor_client import PredictorClient, decode_response
+    from trainwire_core.inference import grpc_service_pb2 as pb
 
     parsed = pb.ModelInferRequest.FromString(request)
     rows = np.frombuffer(parsed.raw_input_contents[0], dtype="<f8").reshape(tuple(parsed.inputs[0].shape))

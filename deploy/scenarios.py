@@ -36,8 +36,8 @@ from typing import Any
 import trainwire
 from trainwire import Checkpoint, CheckpointConfig, FailureConfig, RunConfig, ScalingConfig, train
 from trainwire.client import CoordinatorClient
-from trainwire_core.errors import ResourceExhaustedError
 from trainwire.torch import TorchTrainer
+from trainwire_core.errors import ResourceExhaustedError
 from trainwire_core.v1 import common_pb2
 
 REPO = Path(__file__).resolve().parent.parent

@@ -23,8 +23,8 @@ from sklearn.model_selection import train_test_split
 import trainwire
 from trainwire import CheckpointConfig, PredictorClient, RunConfig, ScalingConfig
 from trainwire.client import CoordinatorClient
-from trainwire_core.v1 import common_pb2
 from trainwire.xgboost import XGBoostPredictor, XGBoostTrainer
+from trainwire_core.v1 import common_pb2
 
 
 def _predict(address: str, model: str, features, timeout_s: float) -> np.ndarray:  # type: ignore[no-untyped-def]
