@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -180,7 +181,16 @@ class Clock:
 
 
 class Harness:
-    def __init__(self, tmp_path: Any, *, workers: int = 2, min_workers: int = 0, max_failures: int = 1, **kw: Any):
+    def __init__(
+        self,
+        tmp_path: Any,
+        *,
+        workers: int = 2,
+        min_workers: int = 0,
+        max_failures: int = 1,
+        stall_after_s: tuple[float, float] = (60.0, 0.0),
+        **kw: Any,
+    ):
         self.placement = FakePlacement(**kw)
         self.clock = Clock()
         self.events: list[coordinator_pb2.RunEvent] = []
@@ -208,6 +218,8 @@ class Harness:
             pending_reason_after_s=0.01,
             placement=self.placement,
             clock=self.clock,
+            stall_reason_after_s=stall_after_s[0],
+            stall_fail_after_s=stall_after_s[1],
         )
         policy = FailurePolicy(FailureConfig(max_failures=max_failures))
         self.backend = FakeBackend()
@@ -469,6 +481,22 @@ def test_a_new_coordinator_takes_a_run_over_without_counting_a_failure(tmp_path)
         h.controller.resume()
         await h.done()
         assert h.states == [S.PENDING, S.FAILED] and "could not resume" in h.reasons()[-1]
+
+    _run(scenario())
+
+
+def test_ranks_left_running_after_others_finished_are_named_then_failed(tmp_path):
+    async def scenario() -> None:
+        h = Harness(tmp_path, workers=3, max_failures=0, stall_after_s=(0.1, 0.4))
+        h.controller.deps.clock = time.monotonic  # its waits are the event loop's, in real time
+        h.controller.start()
+        group = await h.placement.next_group(1)
+        group.finish(0)
+        while not h.reasons()[-1].startswith("ranks 1, 2 still running"):
+            await asyncio.sleep(0.01)
+        assert h.states[-1] == S.RUNNING and "after ranks 0 finished" in h.reasons()[-1]
+        await h.done()
+        assert h.states[-1] == S.FAILED and h.run.error.exc_type == "StalledError"
 
     _run(scenario())
 

@@ -10,6 +10,7 @@ from trainwire.batch_predictor import BatchPredictor
 from trainwire.checkpoint import Checkpoint
 from trainwire.client import CoordinatorClient
 from trainwire.config import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig, SyncConfig
+from trainwire.data_config import DataConfig
 from trainwire.predictor import Predictor
 from trainwire.predictor_client import PredictorClient
 from trainwire.result import Result
@@ -23,6 +24,7 @@ __all__ = [
     "Checkpoint",
     "CheckpointConfig",
     "CoordinatorClient",
+    "DataConfig",
     "DataParallelTrainer",
     "FailureConfig",
     "Predictor",

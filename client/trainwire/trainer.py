@@ -15,6 +15,7 @@ import pyarrow as pa
 from trainwire.checkpoint import Checkpoint
 from trainwire.client import TERMINAL_STATES, CoordinatorClient
 from trainwire.config import RunConfig, ScalingConfig
+from trainwire.data_config import DataConfig
 from trainwire.progress import RunProgress
 from trainwire.result import Result
 from trainwire.session_client import get_client
@@ -167,6 +168,7 @@ class DataParallelTrainer(BaseTrainer):
             entry point ``"package.module:function"`` installed on the workers.
         train_loop_config: Passed to the loop.
         backend_config: Framework options (e.g. torch ``{"backend": "gloo"}``).
+        dataset_config: Which datasets are split across the workers (``DataConfig``; default: ``train``).
     """
 
     def __init__(
@@ -175,9 +177,11 @@ class DataParallelTrainer(BaseTrainer):
         *,
         train_loop_config: dict[str, Any] | None = None,
         backend_config: dict[str, Any] | None = None,
+        dataset_config: DataConfig | dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        self.dataset_config = DataConfig.coerce(dataset_config) if dataset_config is not None else None
         if not (callable(train_loop_per_worker) or isinstance(train_loop_per_worker, str)):
             raise InvalidArgumentError(
                 "train_loop_per_worker must be a function or 'package.module:function'",
@@ -201,3 +205,5 @@ class DataParallelTrainer(BaseTrainer):
         if self.train_loop_config is not None:
             spec.pickled_train_loop_config = cloudpickle.dumps(self.train_loop_config)
         spec.backend_config.CopyFrom(to_struct(self.backend_config, "data_parallel.backend_config"))
+        if self.dataset_config is not None:  # else the coordinator's default: "train" only
+            spec.data_config.CopyFrom(self.dataset_config.to_proto())

@@ -104,6 +104,11 @@ class ControllerDeps:
     metrics: CoordinatorMetrics = field(default_factory=CoordinatorMetrics)
     placement: Placement = field(default_factory=_ray_placement)
     clock: Callable[[], float] = time.monotonic
+    # Ranks still running this long after another rank finished are named in the state reason
+    # (a rank blocked on a shard read or a collective waits for peers that have stopped).
+    stall_reason_after_s: float = 60.0
+    # ... and after this long (0: never) the attempt fails with that reason.
+    stall_fail_after_s: float = 0.0
 
 
 def _error_from_exception(rank: int, attempt: int, exc: BaseException) -> common_pb2.WorkerError:
@@ -408,9 +413,17 @@ class RunController:
         runs = group.run(self._worker_runs(group, shards))
         refs = {asyncio.ensure_future(ref): meta.world_rank for ref, meta in zip(runs, group.metas)}
         interrupt = asyncio.ensure_future(self._interrupt.wait())
+        finished: list[int] = []
+        first_finished_at = 0.0
         try:
             while refs:
-                done, _ = await asyncio.wait([*refs, interrupt], return_when=asyncio.FIRST_COMPLETED)
+                timeout = self._stall_wait(first_finished_at) if finished else None
+                done, _ = await asyncio.wait([*refs, interrupt], timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+                if not done:
+                    stalled = await self._on_stall(sorted(refs.values()), finished, first_finished_at)
+                    if stalled is not None:
+                        return stalled
+                    continue
                 if interrupt in done:
                     return None  # cancelled or stop criteria reached: the group is torn down
                 for fut in done:
@@ -431,11 +444,42 @@ class RunController:
                                 self.signals.worker_lost = True
                                 return lost
                         return error
+                    if not finished:
+                        first_finished_at = self.deps.clock()
+                    finished.append(rank)
             return None
         finally:
             interrupt.cancel()
             for fut in refs:
                 fut.cancel()
+
+    def _stall_wait(self, first_finished_at: float) -> float:
+        """How long to wait for the ranks left before looking at them again."""
+        waited = self.deps.clock() - first_finished_at
+        deadlines = [self.deps.stall_reason_after_s]
+        if self.deps.stall_fail_after_s > 0:
+            deadlines.append(self.deps.stall_fail_after_s)
+        ahead = [d - waited for d in deadlines if d > waited]
+        return max(min(ahead), 0.01) if ahead else self.deps.stall_reason_after_s
+
+    async def _on_stall(
+        self, running: list[int], finished: list[int], first_finished_at: float
+    ) -> common_pb2.WorkerError | None:
+        """Shows ranks that run on after others finished; fails the attempt once the setting says so."""
+        waited = self.deps.clock() - first_finished_at
+        if waited < self.deps.stall_reason_after_s:
+            return None
+        reason = (
+            f"ranks {', '.join(map(str, running))} still running {waited:.0f} s after ranks "
+            f"{', '.join(map(str, finished))} finished: a rank blocked on a shard read or in a collective "
+            "waits for peers that have stopped (see DataConfig(datasets_to_split=...))"
+        )
+        await self._transition(common_pb2.RUNNING, reason)
+        if 0 < self.deps.stall_fail_after_s <= waited:
+            return common_pb2.WorkerError(
+                world_rank=running[0], attempt=self.attempt, exc_type="StalledError", message=reason
+            )
+        return None
 
     async def _lost_worker(self, refs: dict[Any, int]) -> common_pb2.WorkerError | None:
         """The error of a rank whose actor died within ``LOST_WORKER_GRACE_S``, if one did."""

@@ -16,6 +16,7 @@ import pyarrow.fs as pafs
 import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 
+from trainwire.data_config import datasets_to_split
 from trainwire_coordinator.uploads import read_upload
 from trainwire_core.dataset_schema import DatasetSchema
 from trainwire_core.datasets import ShardSpec, guess_format, open_dataset
@@ -144,8 +145,13 @@ class DatasetService:
         return DatasetSchema(uri=ref.uri, format=fmt, columns=tuple(schema.names))
 
 
-def split_beside_reservation(ds: DatasetSchema, world_size: int, preprocessor: Any, placement_group: Any) -> list[Any]:
-    """One Ray Data iterator per worker, read and transformed by tasks that fit beside the run's reservation.
+def split_beside_reservation(
+    ds: DatasetSchema, world_size: int, preprocessor: Any, placement_group: Any, split: bool = True
+) -> list[Any]:
+    """Each worker's view of a dataset, read and transformed by tasks that fit beside the run's reservation.
+
+    Split: one Ray Data iterator per worker over its share of the rows. Not split: the whole
+    dataset for every worker (each reads all of it), as Ray Train gives datasets it does not split.
 
     The run's placement group may hold every CPU of the cluster (``num_workers=os.cpu_count()``), and
     Ray Data's tasks ask for a CPU each by default: they would wait for ever while the workers wait for
@@ -169,7 +175,7 @@ def split_beside_reservation(ds: DatasetSchema, world_size: int, preprocessor: A
         options = copy.deepcopy(data.context.execution_options)
         options.label_selector = {**(options.label_selector or {}), "ray.io/node-id": f"in({','.join(nodes)})"}
         data.context.execution_options = options
-    return data.streaming_split(world_size, equal=True)
+    return data.streaming_split(world_size, equal=True) if split else [data] * world_size
 
 
 class RunDatasets:
@@ -214,12 +220,17 @@ class RunDatasets:
         return self._preprocessor
 
     def shards(self, world_size: int, reservation: Any, uses_ray_data: bool) -> list[dict[str, Any]]:
-        """Each rank's shard of every dataset: Ray Data iterators, or ``ShardSpec``s a worker reads; blocks."""
+        """Each rank's shard of every dataset: Ray Data iterators, or ``ShardSpec``s a worker reads; blocks.
+
+        Ray Data datasets are split across the ranks as the request's ``DataConfig`` says (``train``
+        only by default); declarative trainers shard every dataset (their evaluation is allreduced).
+        """
         preprocessor = self.fit_preprocessor()
+        split = datasets_to_split(self.request.data_parallel, list(self.datasets))
         shards: list[dict[str, Any]] = [{} for _ in range(world_size)]
         for name, ds in self.datasets.items():
             if uses_ray_data:
-                iterators = split_beside_reservation(ds, world_size, preprocessor, reservation)
+                iterators = split_beside_reservation(ds, world_size, preprocessor, reservation, name in split)
                 for rank in range(world_size):
                     shards[rank][name] = iterators[rank]
             else:

@@ -178,6 +178,8 @@ class RunManager:
         report_key: str = "",
         report_tls: ClientTLS | None = None,
         policy_factory: Callable[[FailureConfig], FailurePolicy] = FailurePolicy,
+        stall_reason_after_s: float = 60.0,
+        stall_fail_after_s: float = 0.0,
     ) -> None:
         self.metadata = metadata
         self.store = store
@@ -186,6 +188,7 @@ class RunManager:
         self.coordinator_address = coordinator_address
         self.allow_pickled_code = allow_pickled_code
         self.pending_reason_after_s = pending_reason_after_s
+        self.stall_after_s = (stall_reason_after_s, stall_fail_after_s)
         self.capacity_wait_s = capacity_wait_s
         self.policy_factory = policy_factory
         self.pool = WorkerPool(worker_pool_idle_s)
@@ -333,6 +336,8 @@ class RunManager:
                 pending_reason_after_s=self.pending_reason_after_s,
                 pool=self.pool,
                 metrics=self.metrics,
+                stall_reason_after_s=self.stall_after_s[0],
+                stall_fail_after_s=self.stall_after_s[1],
             ),
             policy=self.policy_factory(run_config.failure_config),
             checkpoints=CheckpointManager(

@@ -149,6 +149,8 @@ class CoordinatorServer:
             worker_pool_idle_s=settings.worker_pool_idle_s,
             report_key=settings.report_key,
             report_tls=report_tls(settings),
+            stall_reason_after_s=settings.stall_reason_after_s,
+            stall_fail_after_s=settings.stall_fail_after_s,
         )
         tokens = TokenTable.from_settings(settings.auth_token, settings.tokens)
         interceptors = [BearerTokenInterceptor(tokens, SERVICE_NAMES[:1], METHOD_SCOPES)] if tokens else []

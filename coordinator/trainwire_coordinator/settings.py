@@ -65,3 +65,8 @@ class CoordinatorSettings(BaseSettings):
     capacity_wait_s: float = 30.0
     # Seconds a placement group may wait before the reason is shown.
     pending_reason_after_s: float = 1.0
+    # Ranks still running this long after another rank finished are named in the run's state
+    # reason (a rank blocked on a shard read or in a collective waits for peers that stopped).
+    stall_reason_after_s: float = 60.0
+    # Fail such an attempt after this long instead of waiting on (0: never).
+    stall_fail_after_s: float = 0.0

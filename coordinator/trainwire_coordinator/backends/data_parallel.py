@@ -28,3 +28,11 @@ class DataParallelBackend(CoordinatorBackend):
                 f"entry point must look like 'package.module:function', got {loop.entry_point!r}",
                 field="data_parallel.train_loop.entry_point",
             )
+        # "train" is the default name to split, whether or not a run has such a dataset.
+        unknown = sorted(set(request.data_parallel.data_config.datasets_to_split) - set(datasets) - {"train"})
+        if unknown:
+            raise InvalidArgumentError(
+                f"datasets_to_split names {', '.join(map(repr, unknown))}, not among the run's datasets "
+                f"({', '.join(sorted(datasets)) or 'none'})",
+                field="data_parallel.data_config.datasets_to_split",
+            )

@@ -28,16 +28,26 @@ class TrainLoop(_message.Message):
     def __init__(self, pickled_function: _Optional[bytes] = ..., entry_point: _Optional[str] = ...) -> None: ...
 
 class DataParallelSpec(_message.Message):
-    __slots__ = ("train_loop", "train_loop_config", "pickled_train_loop_config", "backend_config")
+    __slots__ = ("train_loop", "train_loop_config", "pickled_train_loop_config", "backend_config", "data_config")
     TRAIN_LOOP_FIELD_NUMBER: _ClassVar[int]
     TRAIN_LOOP_CONFIG_FIELD_NUMBER: _ClassVar[int]
     PICKLED_TRAIN_LOOP_CONFIG_FIELD_NUMBER: _ClassVar[int]
     BACKEND_CONFIG_FIELD_NUMBER: _ClassVar[int]
+    DATA_CONFIG_FIELD_NUMBER: _ClassVar[int]
     train_loop: TrainLoop
     train_loop_config: _struct_pb2.Struct
     pickled_train_loop_config: bytes
     backend_config: _struct_pb2.Struct
-    def __init__(self, train_loop: _Optional[_Union[TrainLoop, _Mapping]] = ..., train_loop_config: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., pickled_train_loop_config: _Optional[bytes] = ..., backend_config: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ...) -> None: ...
+    data_config: DataConfig
+    def __init__(self, train_loop: _Optional[_Union[TrainLoop, _Mapping]] = ..., train_loop_config: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., pickled_train_loop_config: _Optional[bytes] = ..., backend_config: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., data_config: _Optional[_Union[DataConfig, _Mapping]] = ...) -> None: ...
+
+class DataConfig(_message.Message):
+    __slots__ = ("datasets_to_split", "split_all")
+    DATASETS_TO_SPLIT_FIELD_NUMBER: _ClassVar[int]
+    SPLIT_ALL_FIELD_NUMBER: _ClassVar[int]
+    datasets_to_split: _containers.RepeatedScalarFieldContainer[str]
+    split_all: bool
+    def __init__(self, datasets_to_split: _Optional[_Iterable[str]] = ..., split_all: _Optional[bool] = ...) -> None: ...
 
 class GBDTSpec(_message.Message):
     __slots__ = ("params", "label_column", "num_boost_round", "dmatrix_params")

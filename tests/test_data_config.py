@@ -1,0 +1,81 @@
+"""Which datasets are split across the workers: "train" only by default (Ray 2.4), or as DataConfig says."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from trainwire import DataConfig, ScalingConfig
+from trainwire.torch import TorchTrainer
+from trainwire_core.errors import InvalidArgumentError
+
+
+def _frame(rows: int) -> pd.DataFrame:
+    return pd.DataFrame({"x": [float(i) for i in range(rows)], "y": [2.0 * i for i in range(rows)]})
+
+
+def rank_zero_validates() -> None:
+    """As Ray's torch_regression_example: every rank trains, rank 0 alone reads the validation set."""
+    from trainwire import train
+
+    rank = train.get_context().get_world_rank()
+    train_rows = sum(len(b["x"]) for b in train.get_dataset_shard("train").iter_batches(batch_size=16))
+    valid_rows = 0
+    if rank == 0:
+        valid_rows = sum(len(b["x"]) for b in train.get_dataset_shard("valid").iter_batches(batch_size=16))
+    train.report({"train_rows": train_rows, "valid_rows": valid_rows})
+
+
+def every_rank_validates() -> None:
+    from trainwire import train
+
+    valid_rows = sum(len(b["x"]) for b in train.get_dataset_shard("valid").iter_batches(batch_size=16))
+    train.report({"valid_rows": valid_rows})
+
+
+def test_by_default_only_train_is_split_and_rank_zero_alone_can_validate(coordinator):
+    result = TorchTrainer(
+        rank_zero_validates,
+        scaling_config=ScalingConfig(num_workers=2),
+        datasets={"train": _frame(64), "valid": _frame(24)},
+    ).fit()
+    assert result.metrics["train_rows"] == 32  # rank 0's half of train
+    assert result.metrics["valid_rows"] == 24  # the whole validation set
+
+
+def test_datasets_to_split_all_splits_every_dataset(coordinator):
+    result = TorchTrainer(
+        every_rank_validates,
+        scaling_config=ScalingConfig(num_workers=2),
+        datasets={"train": _frame(16), "valid": _frame(24)},
+        dataset_config=DataConfig(datasets_to_split="all"),
+    ).fit()
+    assert result.metrics["valid_rows"] == 12
+
+
+def test_ray_24_dataset_config_dicts_are_taken():
+    class DatasetConfig:  # Ray 2.4's ray.air.config.DatasetConfig, as scripts pass it
+        def __init__(self, split: bool) -> None:
+            self.split = split
+
+    config = DataConfig.coerce({"valid": DatasetConfig(split=True), "train": {"split": False}})
+    assert config.datasets_to_split == ["valid"]
+
+
+@pytest.mark.parametrize("bad", ["train", [""], [1]])
+def test_a_bad_datasets_to_split_names_the_field(bad):
+    with pytest.raises(InvalidArgumentError) as info:
+        DataConfig(datasets_to_split=bad)
+    assert info.value.field == "data_parallel.data_config.datasets_to_split"
+
+
+def test_the_coordinator_refuses_a_dataset_it_does_not_have(client):
+    from trainwire_core.v1 import coordinator_pb2
+
+    request = coordinator_pb2.FitRequest(framework="torch")
+    request.scaling_config.num_workers = 1
+    request.data_parallel.train_loop.entry_point = "tests.test_data_config:every_rank_validates"
+    request.data_parallel.data_config.datasets_to_split.append("valid")
+    with pytest.raises(InvalidArgumentError) as info:
+        client.fit(request)
+    assert info.value.field == "data_parallel.data_config.datasets_to_split" and "'valid'" in info.value.message
