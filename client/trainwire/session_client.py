@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import threading
+import uuid
 
 from trainwire.client import CoordinatorClient
 from trainwire_core.errors import FrameworkNotInstalledError, UnavailableError
@@ -21,13 +22,31 @@ logger = logging.getLogger(__name__)
 # store and state, so the runs it drove carry on and watchers reconnect (as a service's
 # restart policy would do).
 EMBEDDED_RESTARTS = 5
+# The line an embedded coordinator prints with its local Ray's address, before it listens.
+RAY_LINE = "trainwire coordinator ray "
+
+
+# This program's embedded coordinator: its runs end with this program, and it does not take
+# over runs another program's embedded coordinator left in the same state file.
+_OWNER = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
+# The embedded coordinator's local Ray, exported as RAY_ADDRESS so that this program's own
+# Ray work (ray.data) joins it instead of starting a second Ray on the same cores.
+_exported_ray_address = ""
 
 
 def _spawn_embedded(cmd: list[str]) -> tuple[subprocess.Popen, str]:
+    global _exported_ray_address
+    env = dict(os.environ, TRAINWIRE_COORDINATOR_EMBEDDED_OWNER=_OWNER)
+    if _exported_ray_address and env.get("RAY_ADDRESS") == _exported_ray_address:
+        del env["RAY_ADDRESS"]  # a restarted coordinator starts its Ray anew
     # stdin is a pipe only this process holds: when it dies, however, the coordinator sees EOF and stops.
-    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
     assert proc.stdout is not None
     for line in proc.stdout:
+        if line.startswith(RAY_LINE):
+            ray_address = line[len(RAY_LINE) :].strip()
+            if "RAY_ADDRESS" not in os.environ or os.environ["RAY_ADDRESS"] == _exported_ray_address:
+                os.environ["RAY_ADDRESS"] = _exported_ray_address = ray_address
         if "listening on" in line:
             # Keep draining stdout so the coordinator never blocks on a full pipe.
             threading.Thread(target=proc.stdout.read, daemon=True).start()

@@ -200,12 +200,15 @@ class RunController:
         """Ends the current attempt and leaves the run active for the next coordinator."""
         await self._redirect(suspend=True)
 
-    async def cancel(self) -> None:
-        await self._redirect(cancel=True)
+    async def cancel(self, reason: str = "") -> None:
+        """Ends the run CANCELLED, with ``reason`` (default: "cancelled by request")."""
+        await self._redirect(cancel=True, reason=reason)
 
-    async def _redirect(self, *, cancel: bool = False, suspend: bool = False) -> None:
+    async def _redirect(self, *, cancel: bool = False, suspend: bool = False, reason: str = "") -> None:
         if self.run.state in TERMINAL:
             return
+        if cancel and not self.signals.cancel:
+            self.signals.cancel_reason = reason
         self.signals.cancel |= cancel
         self.signals.suspend |= suspend
         self._interrupt.set()
@@ -241,6 +244,7 @@ class RunController:
                 outcome = AttemptOutcome(
                     error=error,
                     cancelled=signals.cancel,
+                    cancel_reason=signals.cancel_reason,
                     suspended=signals.suspend,
                     stop_reached=signals.stop_reached,
                     resize_to=signals.resize_to,

@@ -45,6 +45,9 @@ from trainwire_core.v1 import common_pb2, coordinator_pb2, worker_reports_pb2
 logger = logging.getLogger(__name__)
 
 
+PROGRAM_EXITED = "the program that started it exited"
+
+
 def carried_code(request: coordinator_pb2.FitRequest) -> bool:
     """Whether a Fit carries code to run on the cluster (pickled functions, estimators or preprocessors)."""
     return bool(
@@ -180,6 +183,7 @@ class RunManager:
         policy_factory: Callable[[FailureConfig], FailurePolicy] = FailurePolicy,
         stall_reason_after_s: float = 60.0,
         stall_fail_after_s: float = 0.0,
+        embedded_owner: str = "",
     ) -> None:
         self.metadata = metadata
         self.store = store
@@ -189,6 +193,8 @@ class RunManager:
         self.allow_pickled_code = allow_pickled_code
         self.pending_reason_after_s = pending_reason_after_s
         self.stall_after_s = (stall_reason_after_s, stall_fail_after_s)
+        # Set when this coordinator is embedded in one program: its runs end with that program.
+        self.embedded_owner = embedded_owner
         self.capacity_wait_s = capacity_wait_s
         self.policy_factory = policy_factory
         self.pool = WorkerPool(worker_pool_idle_s)
@@ -218,6 +224,19 @@ class RunManager:
             if rec.run_id in self.controllers:
                 continue
             run = coordinator_pb2.Run.FromString(rec.data)
+            if self.embedded_owner and run.embedded_owner != self.embedded_owner:
+                # Another program's embedded run: that program is gone (else its own coordinator
+                # would hold the state), and this one does not take its runs over.
+                run.state = common_pb2.CANCELLED
+                run.state_reason = PROGRAM_EXITED
+                await self._save(run)
+                await self.events.append(
+                    coordinator_pb2.RunEvent(
+                        run_id=run.run_id,
+                        state_change=coordinator_pb2.StateChange(state=run.state, reason=run.state_reason),
+                    )
+                )
+                continue
             try:
                 run_config, datasets = await asyncio.to_thread(self._validate, run.request, check_capacity=False)
                 store = await asyncio.to_thread(self._run_store, run_config.storage_path)
@@ -307,6 +326,7 @@ class RunManager:
             updated_at=_now(),
             request=request,
             submitted_by=caller.name,
+            embedded_owner=self.embedded_owner,
         )
         stored = await self._write(self.metadata.create_run, _record(run, request.idempotency_key))
         if stored.run_id != run_id:
@@ -427,8 +447,15 @@ class RunManager:
             await controller.on_report(report)
 
     async def shutdown(self, timeout_s: float = 5.0) -> None:
-        """Ends every worker group and leaves active runs for the next coordinator to carry on."""
-        suspending = [c.suspend() for c in self.controllers.values() if c.run.state not in TERMINAL]
+        """Ends every worker group and leaves active runs for the next coordinator to carry on.
+
+        An embedded coordinator stops with its program: its runs end CANCELLED instead.
+        """
+        live = [c for c in self.controllers.values() if c.run.state not in TERMINAL]
+        if self.embedded_owner:
+            suspending = [c.cancel(PROGRAM_EXITED) for c in live]
+        else:
+            suspending = [c.suspend() for c in live]
         if suspending:
             try:
                 await asyncio.wait_for(asyncio.gather(*suspending, return_exceptions=True), timeout_s)

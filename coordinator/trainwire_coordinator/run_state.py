@@ -52,6 +52,8 @@ class AttemptOutcome:
 
     error: common_pb2.WorkerError | None = None
     cancelled: bool = False
+    # Why, when not by a CancelRun call.
+    cancel_reason: str = ""
     # The coordinator is stopping; its successor carries the run on.
     suspended: bool = False
     stop_reached: bool = False
@@ -98,7 +100,7 @@ def after_attempt(outcome: AttemptOutcome, num_failures: int, failure_policy: Fa
     if outcome.suspended:
         return Decision(RESTARTING, "the coordinator is stopping; the next coordinator carries the run on")
     if outcome.cancelled:
-        return Decision(CANCELLED, "cancelled by request")
+        return Decision(CANCELLED, outcome.cancel_reason or "cancelled by request")
     if outcome.error is not None:
         error = outcome.error
         summary = f"rank {error.world_rank} raised {error.exc_type}: {error.message}"
@@ -171,6 +173,7 @@ class Signals:
     """
 
     cancel: bool = False
+    cancel_reason: str = ""
     # The coordinator is stopping: end the attempt, leave the run for its successor.
     suspend: bool = False
     stop_reached: bool = False

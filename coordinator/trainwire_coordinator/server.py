@@ -135,6 +135,9 @@ class CoordinatorServer:
             "TRAINWIRE_COORDINATOR_AUTH_TOKEN",
         )
         await asyncio.to_thread(ensure_ray, settings)
+        if settings.embedded_owner and not settings.ray_address:
+            # The program that embeds this coordinator joins its Ray instead of starting another.
+            print(f"trainwire coordinator ray {ray.get_runtime_context().gcs_address}", flush=True)
         store = Store(settings.store)
         metadata = open_metadata_store(settings.state)
         self.runs = RunManager(
@@ -151,6 +154,7 @@ class CoordinatorServer:
             report_tls=report_tls(settings),
             stall_reason_after_s=settings.stall_reason_after_s,
             stall_fail_after_s=settings.stall_fail_after_s,
+            embedded_owner=settings.embedded_owner,
         )
         tokens = TokenTable.from_settings(settings.auth_token, settings.tokens)
         interceptors = [BearerTokenInterceptor(tokens, SERVICE_NAMES[:1], METHOD_SCOPES)] if tokens else []

@@ -70,3 +70,6 @@ class CoordinatorSettings(BaseSettings):
     stall_reason_after_s: float = 60.0
     # Fail such an attempt after this long instead of waiting on (0: never).
     stall_fail_after_s: float = 0.0
+    # Set by trainwire.init() for the coordinator it embeds in a program: the runs end with
+    # that program, and runs another program's embedded coordinator left are not taken over.
+    embedded_owner: str = ""
