@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -13,6 +14,14 @@ import pytest
 
 from trainwire.config import FailureConfig
 from trainwire_coordinator.controller import ControllerDeps, RunController
+from trainwire_coordinator.controller_states import (
+    Cancelled,
+    Failed,
+    FittingPreprocessor,
+    Running,
+    Starting,
+    Succeeded,
+)
 from trainwire_coordinator.failure_policy import FailurePolicy
 from trainwire_coordinator.run_state import RESIZE_AFTER_LOSS_S, TRANSITIONS
 from trainwire_core.storage import Store
@@ -28,6 +37,12 @@ def test_the_controller_imports_no_ray():
     code = "import sys, trainwire_coordinator.controller; print('ray' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+
+
+def test_this_module_imports_nothing_from_ray():
+    with open(__file__) as f:
+        imports = [line for line in f if line.startswith(("import ", "from "))]
+    assert not [line for line in imports if line.split()[1].split(".")[0] == "ray"]
 
 
 @dataclass
@@ -172,6 +187,43 @@ class FakeCheckpoints:
         pass
 
 
+class FakeData:
+    """A preprocessor whose fit waits until the test lets it finish, and shards as plain dicts."""
+
+    def __init__(self) -> None:
+        self.fitted = False
+        self.fit_may_end = threading.Event()
+
+    def preprocessor_unfitted(self) -> bool:
+        return not self.fitted
+
+    def fit_preprocessor(self) -> str:
+        self.fit_may_end.wait(5)
+        self.fitted = True
+        return "fitted"
+
+    def shards(self, world_size: int, reservation: Any, uses_ray_data: bool) -> list[dict[str, Any]]:
+        return [{"train": f"shard {rank} of {world_size}"} for rank in range(world_size)]
+
+
+class FakePool:
+    """One warm group of the run's shape to start with; groups that end cleanly come back."""
+
+    def __init__(self, warm: FakeGroup | None) -> None:
+        self.warm = warm
+        self.released: list[FakeGroup] = []
+
+    def acquire(self, key: Any) -> tuple[Any, FakeGroup] | None:
+        warm, self.warm = self.warm, None
+        return ("warm reservation", warm) if warm is not None else None
+
+    async def release(self, key: Any, pg: Any, group: FakeGroup) -> None:
+        self.released.append(group)
+
+    def evict_all(self) -> bool:
+        return False
+
+
 class Clock:
     def __init__(self) -> None:
         self.now = 1000.0
@@ -189,6 +241,8 @@ class Harness:
         min_workers: int = 0,
         max_failures: int = 1,
         stall_after_s: tuple[float, float] = (60.0, 0.0),
+        data: Any = None,
+        pool: Any = None,
         **kw: Any,
     ):
         self.placement = FakePlacement(**kw)
@@ -221,6 +275,8 @@ class Harness:
             stall_reason_after_s=stall_after_s[0],
             stall_fail_after_s=stall_after_s[1],
         )
+        if pool is not None:
+            deps.pool = pool
         policy = FailurePolicy(FailureConfig(max_failures=max_failures))
         self.backend = FakeBackend()
         self.controller = RunController(
@@ -230,7 +286,8 @@ class Harness:
             {},
             deps,
             policy,
-            self.checkpoints,  # type: ignore[arg-type]
+            self.checkpoints,
+            data=data,
         )
 
     @property
@@ -277,6 +334,7 @@ def test_a_run_whose_workers_finish_succeeds(tmp_path):
         await h.done()
         assert h.states == [S.PENDING, S.STARTING, S.RUNNING, S.SUCCEEDED]
         assert group.shut_down is True and h.placement.released == 1
+        assert h.controller.state == Succeeded()
 
     _run(scenario())
 
@@ -294,6 +352,7 @@ def test_a_failure_within_max_failures_restarts_and_past_it_fails(tmp_path):
         assert h.states == [S.PENDING, S.STARTING, S.RUNNING, S.RESTARTING, S.STARTING, S.RUNNING, S.FAILED]
         assert h.reasons()[2].startswith("restart 1 after failure: rank 1 raised ValueError")
         assert h.run.num_failures == 2 and h.run.error.world_rank == 0
+        assert isinstance(h.controller.state, Failed) and h.controller.state.error == h.run.error
         assert first.shut_down is False  # torn down at once after a failure
         assert sum(e.HasField("worker_error") for e in h.events) == 2
 
@@ -309,6 +368,7 @@ def test_cancel_while_waiting_for_resources(tmp_path):
         assert h.states[-1] == S.PENDING and h.reasons()[-1].startswith("waiting for resources: 2 workers")
         await h.controller.cancel()
         assert h.states[-1] == S.CANCELLED and h.reasons()[-1] == "cancelled by request"
+        assert h.controller.state == Cancelled()
         assert not h.placement.groups and h.placement.released == 1
 
     _run(scenario())
@@ -497,6 +557,56 @@ def test_ranks_left_running_after_others_finished_are_named_then_failed(tmp_path
         assert h.states[-1] == S.RUNNING and "after ranks 0 finished" in h.reasons()[-1]
         await h.done()
         assert h.states[-1] == S.FAILED and h.run.error.exc_type == "StalledError"
+
+    _run(scenario())
+
+
+def test_the_injected_preprocessor_fit_and_sharding(tmp_path):
+    async def scenario() -> None:
+        data = FakeData()
+        h = Harness(tmp_path, data=data, cpus=0.5)
+        h.controller.start()
+        while not h.reasons():
+            await asyncio.sleep(0.01)
+        # A slow fit says what it waits for, with what the placement reports free.
+        assert h.controller.state == FittingPreprocessor(0, "train", {"CPU": 0.5})
+        assert h.states[-1] == S.PENDING and "(cluster has {'CPU': 0.5} available)" in h.reasons()[-1]
+        data.fit_may_end.set()
+        group = await h.placement.next_group(1)
+        assert [s.dataset_shards for s in group.specs] == [{"train": "shard 0 of 2"}, {"train": "shard 1 of 2"}]
+        group.finish(0)
+        group.finish(1)
+        await h.done()
+        assert h.states == [S.PENDING, S.PENDING, S.STARTING, S.RUNNING, S.SUCCEEDED]
+
+        data = FakeData()
+        h = Harness(tmp_path, data=data)
+        h.controller.start()
+        while not h.reasons():
+            await asyncio.sleep(0.01)
+        await h.controller.cancel("the deadline passed")  # while the fit waits
+        assert h.states[-1] == S.CANCELLED and h.reasons()[-1] == "the deadline passed"
+        assert not h.placement.reservations
+        data.fit_may_end.set()
+
+    _run(scenario())
+
+
+def test_a_warm_group_from_the_pool_is_reused_and_given_back(tmp_path):
+    async def scenario() -> None:
+        warm = FakeGroup(2)
+        pool = FakePool(warm)
+        h = Harness(tmp_path, pool=pool)
+        h.backend.reuse_workers = True
+        h.controller.start()
+        while not warm.results:
+            await asyncio.sleep(0.01)
+        assert h.controller.state == Running(2) and h.reasons()[0] == "reusing warm workers"
+        assert Starting(2, warm=True).reason == h.reasons()[0] and not h.placement.reservations
+        warm.finish(0)
+        warm.finish(1)
+        await h.done()
+        assert h.states[-1] == S.SUCCEEDED and pool.released == [warm] and warm.shut_down is None
 
     _run(scenario())
 

@@ -1,12 +1,14 @@
 """The run controller: drives one run's worker groups through the lifecycle of ``run_state``.
 
-As Ray Train V2's controller, it is a loop of attempts whose decisions are pure functions
-of ``run_state`` (``after_attempt``, ``group_size``, ``resize_target``, ``stop_reached``,
+As Ray Train V2's controller, it is a loop of attempts through explicit states
+(``controller_states``: ``Reserving``, ``Starting``, ``Running``, ``Restarting``, ``Resizing``,
+``Succeeded``...) that carry their own data, and whose decisions are pure functions of
+``run_state`` (``after_attempt``, ``group_size``, ``resize_target``, ``stop_reached``,
 ``is_stale``) under the injected failure and scaling policies. What redirects a run from
 outside an attempt is one ``Signals`` object, what an elastic run remembers of a lost
 worker one ``LossMemory``. The work is done by collaborators behind small interfaces:
-``placement`` (reservations and worker groups), the warm pool, ``RunDatasets``
-(preprocessor fitting and sharding), the checkpoint manager and a clock; the defaults
+``Placement`` (reservations and worker groups), ``Pool`` (warm groups), ``RunData``
+(preprocessor fitting and sharding), ``Checkpoints`` (commits) and a clock; the defaults
 are Ray's, and tests drive the controller with fakes and no Ray. Every state change goes
 through ``_transition``.
 """
@@ -16,14 +18,25 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from trainwire.train.context import TrainContext
 from trainwire_coordinator.backends import CoordinatorBackend
-from trainwire_coordinator.checkpoint_manager import CheckpointManager, flatten_metrics
-from trainwire_coordinator.datasets import RunDatasets, fit_wait_reason, report_if_slow
+from trainwire_coordinator.checkpoint_manager import flatten_metrics
+from trainwire_coordinator.controller_states import (
+    ControllerState,
+    Failed,
+    FittingPreprocessor,
+    Initializing,
+    Reserving,
+    Restarting,
+    Running,
+    Stalled,
+    Starting,
+)
+from trainwire_coordinator.datasets import RunDatasets, report_if_slow
 from trainwire_coordinator.failure_policy import FailurePolicy
 from trainwire_coordinator.metrics import CoordinatorMetrics
 from trainwire_coordinator.placement import bundles_for, scaling_policy
@@ -81,6 +94,46 @@ class Placement(Protocol):
     ) -> Group: ...
 
 
+class Pool(Protocol):
+    """Warm groups kept between runs of the same shape (``worker_pool.WorkerPool``)."""
+
+    def acquire(self, key: Hashable) -> tuple[Any, Any] | None: ...
+
+    async def release(self, key: Hashable, pg: Any, group: Any) -> None: ...
+
+    def evict_all(self) -> bool: ...
+
+
+class RunData(Protocol):
+    """A run's preprocessor fit and dataset sharding (``datasets.RunDatasets``)."""
+
+    def preprocessor_unfitted(self) -> bool: ...
+
+    def fit_preprocessor(self) -> Any: ...
+
+    def shards(self, world_size: int, reservation: Any, uses_ray_data: bool) -> list[dict[str, Any]]: ...
+
+
+class Checkpoints(Protocol):
+    """Where a run's checkpoints are committed and ranked (``checkpoint_manager.CheckpointManager``)."""
+
+    @property
+    def checkpoints(self) -> Sequence[Any]: ...
+
+    @property
+    def latest(self) -> Any | None: ...
+
+    def info(self, checkpoint: Any) -> common_pb2.CheckpointInfo: ...
+
+    def ranked(self) -> Sequence[Any]: ...
+
+    def commit(self, checkpoint_id: str, index: int, metrics: dict[str, Any], files: list[Any]) -> Any: ...
+
+    def load(self) -> None: ...
+
+    def remove_uncommitted(self) -> None: ...
+
+
 def _ray_placement() -> Placement:
     from trainwire_coordinator.placement import RayPlacement
 
@@ -100,7 +153,7 @@ class ControllerDeps:
     # How workers verify the coordinator on their report streams (None: plaintext).
     report_tls: ClientTLS | None = None
     pending_reason_after_s: float = 1.0
-    pool: WorkerPool = field(default_factory=lambda: WorkerPool(0))
+    pool: Pool = field(default_factory=lambda: WorkerPool(0))
     metrics: CoordinatorMetrics = field(default_factory=CoordinatorMetrics)
     placement: Placement = field(default_factory=_ray_placement)
     clock: Callable[[], float] = time.monotonic
@@ -133,6 +186,7 @@ class RunController:
         deps: Store, persistence, event hooks and the collaborators.
         policy: Decides restarts after failures.
         checkpoints: Commits the run's checkpoints.
+        data: Fits the run's preprocessor and shards its datasets (default: ``RunDatasets``).
     """
 
     def __init__(
@@ -143,7 +197,9 @@ class RunController:
         datasets: dict[str, DatasetSchema],
         deps: ControllerDeps,
         policy: FailurePolicy,
-        checkpoints: CheckpointManager,
+        checkpoints: Checkpoints,
+        *,
+        data: RunData | None = None,
     ) -> None:
         self.run = run
         self.request = request
@@ -152,13 +208,15 @@ class RunController:
         self.deps = deps
         self.policy = policy
         self.checkpoints = checkpoints
-        self.data = RunDatasets(request, datasets, checkpoints)
+        self.data: RunData = data if data is not None else RunDatasets(request, datasets, checkpoints)
         self.task: asyncio.Task | None = None
         self.scaling = scaling_policy(request.scaling_config)
         self.signals = Signals()
         self.losses = LossMemory()
         # The size of the current attempt's group.
         self.world_size = 0
+        # The controller's own state; ``run.state`` is its public face.
+        self.state: ControllerState = Initializing()
         self._interrupt = asyncio.Event()
         self._commit_lock = asyncio.Lock()
         self._pending: dict[int, dict[int, worker_reports_pb2.TrainingReport]] = {}
@@ -189,10 +247,10 @@ class RunController:
             self.run.num_coordinator_restarts += 1
             where = f"from checkpoint {latest.checkpoint_id}" if latest is not None else "from the start"
             self.deps.metrics.restarts.labels("coordinator_restart").inc()
-            await self._transition(common_pb2.RESTARTING, f"the coordinator restarted; resuming {where}")
+            await self._transition(Restarting(f"the coordinator restarted; resuming {where}", "coordinator_restart"))
         except Exception as exc:  # noqa: BLE001 - a run that cannot be taken up still ends
             logger.exception("run %s: cannot resume", self.run.run_id)
-            await self._transition(common_pb2.FAILED, f"the coordinator restarted and could not resume the run: {exc}")
+            await self._transition(Failed(f"the coordinator restarted and could not resume the run: {exc}"))
             return
         await self._main()
 
@@ -215,11 +273,14 @@ class RunController:
         if self.task is not None:
             await asyncio.shield(self.task)
 
-    async def _transition(self, state: int, reason: str = "") -> None:
+    async def _transition(self, new: ControllerState) -> None:
         """The one place a run changes state: checked against the lifecycle, recorded, streamed."""
+        state, reason = new.run_state, new.reason
         if self.run.state == state and self.run.state_reason == reason:
+            self.state = new
             return
         check_transition(self.run.state, state)
+        self.state = new
         if state in TERMINAL:
             self.deps.metrics.finished(state)
         self.run.state = state
@@ -231,9 +292,6 @@ class RunController:
             )
         )
         await self.deps.save_run(self.run)
-
-    def _waiting_state(self) -> int:
-        return common_pb2.PENDING if self.attempt == 0 else common_pb2.RESTARTING
 
     async def _main(self) -> None:
         try:
@@ -253,22 +311,21 @@ class RunController:
                     elastic=self.scaling.elastic,
                     progressed=self.losses.progressed(committed),
                 )
-                decision = after_attempt(outcome, self.run.num_failures, self.policy)
+                following = after_attempt(outcome, self.run.num_failures, self.policy)
                 if signals.worker_lost:
                     self.losses.note_loss(committed, self.deps.clock())
-                if error is not None and decision.state != common_pb2.CANCELLED and not signals.suspend:
-                    self.deps.metrics.worker_failures.labels(str(decision.counts_as_failure).lower()).inc()
+                if error is not None and following.run_state != common_pb2.CANCELLED and not signals.suspend:
+                    self.deps.metrics.worker_failures.labels(str(following.counts_as_failure).lower()).inc()
                     await self.deps.emit(coordinator_pb2.RunEvent(run_id=self.run.run_id, worker_error=error))
-                if decision.counts_as_failure:
-                    assert error is not None
+                if following.counts_as_failure:
                     self.run.num_failures += 1
-                    if not decision.restart:
-                        self.run.error.CopyFrom(error)
-                await self._transition(decision.state, decision.reason)
-                if not decision.restart:
+                if isinstance(following, Failed) and following.error is not None:
+                    self.run.error.CopyFrom(following.error)
+                await self._transition(following)
+                if not following.restarts:
                     return
-                self.losses.grow_to = decision.resize_to  # the size the policy chose, for the next group
-                self.deps.metrics.restarts.labels(decision.cause).inc()
+                self.losses.grow_to = following.resize_to  # the size the policy chose, for the next group
+                self.deps.metrics.restarts.labels(following.cause).inc()
                 self.run.attempt += 1
                 signals.next_attempt()
                 self._interrupt.clear()
@@ -276,7 +333,7 @@ class RunController:
         except Exception as exc:  # noqa: BLE001 - a controller bug must still end the run
             logger.exception("run %s: controller failed", self.run.run_id)
             self.run.error.CopyFrom(_error_from_exception(-1, self.attempt, exc))
-            await self._transition(common_pb2.FAILED, f"internal error in the coordinator: {exc}")
+            await self._transition(Failed(f"internal error in the coordinator: {exc}"))
 
     # --- one attempt -------------------------------------------------------------
     async def _reserve(self, num_workers: int) -> Any:
@@ -287,11 +344,7 @@ class RunController:
         ready = asyncio.ensure_future(reservation.ready())
         done, _ = await asyncio.wait([ready], timeout=self.deps.pending_reason_after_s)
         if not done:
-            await self._transition(
-                self._waiting_state(),
-                f"waiting for resources: {num_workers} workers x {bundles[-1]} "
-                f"(cluster has {placement.available()} available)",
-            )
+            await self._transition(Reserving(self.attempt, num_workers, bundles[-1], placement.available()))
             interrupt = asyncio.ensure_future(self._interrupt.wait())
             await asyncio.wait([ready, interrupt], return_when=asyncio.FIRST_COMPLETED)
             interrupt.cancel()
@@ -313,7 +366,7 @@ class RunController:
             key = self._pool_key(self.scaling.max_workers)
             if self.backend.reuse_workers and (warm := self.deps.pool.acquire(key)) is not None:
                 self.world_size = self.scaling.max_workers
-                await self._transition(common_pb2.STARTING, "reusing warm workers")
+                await self._transition(Starting(self.world_size, warm=True))
                 return warm
         # Idle pooled groups hold resources this run may need.
         self.deps.pool.evict_all()
@@ -324,8 +377,7 @@ class RunController:
             self.deps.placement.release(reservation)
             return None
         self.world_size = num_workers
-        elastic = f"{num_workers} of up to {self.scaling.max_workers} workers" if self.scaling.elastic else ""
-        await self._transition(common_pb2.STARTING, elastic)
+        await self._transition(Starting(num_workers, self.scaling.max_workers, self.scaling.elastic))
         try:
             resources = bundles_for(self.request.scaling_config, num_workers)[-1]
             env = self.backend.worker_env(self.request)
@@ -344,11 +396,12 @@ class RunController:
                 # Before the reservation, as Ray Train's driver does: the fit's Ray Data tasks
                 # need CPUs that the run's placement group (or idle warm groups) would hold.
                 self.deps.pool.evict_all()
-                waiting = self._waiting_state()
+                attempt = self.attempt
                 await report_if_slow(
                     asyncio.to_thread(self.data.fit_preprocessor),
                     self.deps.pending_reason_after_s,
-                    lambda: self._transition(waiting, fit_wait_reason("train")),
+                    # Ray Data's fit tasks compete for the CPUs the cluster reports free.
+                    lambda: self._transition(FittingPreprocessor(attempt, "train", self.deps.placement.available())),
                     self._interrupt,
                 )
                 if self.signals.stop_requested:
@@ -364,7 +417,7 @@ class RunController:
             await self.backend.on_start(group, self.request)  # type: ignore[arg-type]
             await self.backend.on_training_start(group, self.request)  # type: ignore[arg-type]
             shards = await asyncio.to_thread(self.data.shards, len(group), reservation, self.backend.uses_ray_data)
-            await self._transition(common_pb2.RUNNING)
+            await self._transition(Running(len(group)))
             error = await self._train(group, shards)
             return error
         except Exception as exc:  # noqa: BLE001 - setup failures count as worker failures
@@ -473,15 +526,11 @@ class RunController:
         waited = self.deps.clock() - first_finished_at
         if waited < self.deps.stall_reason_after_s:
             return None
-        reason = (
-            f"ranks {', '.join(map(str, running))} still running {waited:.0f} s after ranks "
-            f"{', '.join(map(str, finished))} finished: a rank blocked on a shard read or in a collective "
-            "waits for peers that have stopped (see DataConfig(datasets_to_split=...))"
-        )
-        await self._transition(common_pb2.RUNNING, reason)
+        stalled = Stalled(tuple(running), tuple(finished), waited)
+        await self._transition(stalled)
         if 0 < self.deps.stall_fail_after_s <= waited:
             return common_pb2.WorkerError(
-                world_rank=running[0], attempt=self.attempt, exc_type="StalledError", message=reason
+                world_rank=running[0], attempt=self.attempt, exc_type="StalledError", message=stalled.reason
             )
         return None
 

@@ -241,16 +241,6 @@ class RunDatasets:
         return shards
 
 
-def fit_wait_reason(dataset_name: str) -> str:
-    """What a run whose preprocessor fit is slow to start waits for."""
-    import ray
-
-    return (
-        f"fitting the preprocessor on dataset {dataset_name!r} before reserving the workers: its Ray Data "
-        f"tasks need 1 CPU each (cluster has {ray.available_resources()} available)"
-    )
-
-
 async def report_if_slow(
     work: Awaitable[T], after_s: float, report: Callable[[], Awaitable[Any]], interrupt: asyncio.Event | None = None
 ) -> T | None:

@@ -5,7 +5,9 @@
 RESTARTING covers every new worker group of a run: after a worker failure (counted against
 ``FailureConfig.max_failures``), after an elastic resize, and when a new coordinator takes a run
 over (neither counted). The controller applies the decisions; this module decides, with the
-injected failure and scaling policies, and is tested without Ray.
+injected failure and scaling policies, and is tested without Ray. What it decides are the
+controller's states of ``controller_states``, which carry their own data (a ``Failed`` its
+worker error, a ``Restarting`` its cause, a ``Resizing`` its target size).
 """
 
 from __future__ import annotations
@@ -14,6 +16,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from trainwire_coordinator.controller_states import (
+    Cancelled,
+    ControllerState,
+    Failed,
+    Resizing,
+    Restarting,
+    Succeeded,
+    Suspended,
+)
 from trainwire_core.v1 import common_pb2
 
 PENDING, STARTING, RUNNING, RESTARTING = (
@@ -67,40 +78,28 @@ class AttemptOutcome:
     progressed: bool = False
 
 
-@dataclass(frozen=True)
-class Decision:
-    """The next state and whether another attempt follows.
-
-    A restart carries its ``cause`` (``failure``, ``lost_worker``, ``resize``), and a resize
-    the size the scaling policy chose for the next group.
-    """
-
-    state: int
-    reason: str
-    restart: bool = False
-    counts_as_failure: bool = False
-    cause: str = ""
-    resize_to: int = 0
-
-
 class FailurePolicyLike(Protocol):
     """What ``after_attempt`` needs of a failure policy."""
 
     def should_restart(self, num_failures: int, error: common_pb2.WorkerError) -> bool: ...
 
 
-def after_attempt(outcome: AttemptOutcome, num_failures: int, failure_policy: FailurePolicyLike) -> Decision:
+def after_attempt(outcome: AttemptOutcome, num_failures: int, failure_policy: FailurePolicyLike) -> ControllerState:
     """The one transition function for the end of an attempt.
 
     Args:
         outcome: How the attempt ended.
         num_failures: Failures counted before this attempt.
         failure_policy: Decides whether a failed group restarts.
+
+    Returns:
+        The state that follows: ``Suspended``, ``Cancelled``, ``Failed`` (carrying the worker's
+        error), ``Succeeded``, or one that ``restarts`` (``Restarting`` with its cause, ``Resizing``).
     """
     if outcome.suspended:
-        return Decision(RESTARTING, "the coordinator is stopping; the next coordinator carries the run on")
+        return Suspended()
     if outcome.cancelled:
-        return Decision(CANCELLED, outcome.cancel_reason or "cancelled by request")
+        return Cancelled(outcome.cancel_reason or "cancelled by request")
     if outcome.error is not None:
         error = outcome.error
         summary = f"rank {error.world_rank} raised {error.exc_type}: {error.message}"
@@ -108,18 +107,16 @@ def after_attempt(outcome: AttemptOutcome, num_failures: int, failure_policy: Fa
             # An elastic group carries on with what is left; a loss with no checkpoint since
             # the last one counts as a failure, so a worker that always dies cannot loop forever.
             reason = f"a worker was lost ({summary}); continuing with the workers that fit"
-            return Decision(RESTARTING, reason, True, cause="lost_worker", resize_to=outcome.resize_to)
+            return Restarting(reason, "lost_worker", outcome.resize_to)
         failures = num_failures + 1
         if failure_policy.should_restart(failures, error):
-            reason = f"restart {failures} after failure: {summary}"
-            return Decision(RESTARTING, reason, True, True, cause="failure", resize_to=outcome.resize_to)
-        return Decision(FAILED, summary, counts_as_failure=True)
+            return Restarting(f"restart {failures} after failure: {summary}", "failure", outcome.resize_to)
+        return Failed(summary, error)
     if outcome.stop_reached:
-        return Decision(SUCCEEDED, "stop criteria reached")
+        return Succeeded("stop criteria reached")
     if outcome.resize_to:
-        reason = f"resizing from {outcome.world_size} to {outcome.resize_to} workers at a checkpoint"
-        return Decision(RESTARTING, reason, True, cause="resize", resize_to=outcome.resize_to)
-    return Decision(SUCCEEDED, "")
+        return Resizing(outcome.world_size, outcome.resize_to)
+    return Succeeded()
 
 
 class ScalingPolicy:
