@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+from collections.abc import Callable
 from typing import Any
 
 import pandas as pd
@@ -16,7 +18,7 @@ class _ScoringActor:
 
     def __init__(
         self,
-        checkpoint: Checkpoint,
+        checkpoint: Checkpoint | None,
         predictor_cls: type[Predictor],
         predictor_kwargs: dict[str, Any],
         feature_columns: list[str] | None,
@@ -39,16 +41,36 @@ class _ScoringActor:
         return out
 
 
+class _PandasUDFPredictor(Predictor):
+    """The Predictor of ``BatchPredictor.from_pandas_udf``: a function of a DataFrame, no checkpoint."""
+
+    takes_frame = True
+
+    def __init__(self, udf: Callable[..., pd.DataFrame]) -> None:
+        super().__init__()
+        self.udf = udf
+
+    @classmethod
+    def from_checkpoint(
+        cls, checkpoint: Checkpoint | None, udf: Callable[..., pd.DataFrame] | None = None, **kwargs: Any
+    ) -> _PandasUDFPredictor:
+        return cls(udf)  # type: ignore[arg-type]
+
+    def _predict_pandas(self, data: pd.DataFrame, **kwargs: Any) -> pd.DataFrame:
+        return self.udf(data, **kwargs)
+
+
 class BatchPredictor:
     """Scores datasets with a Predictor built from a checkpoint on every scoring worker.
 
     Args:
-        checkpoint: The checkpoint to load (its URI must be readable by the Ray workers).
+        checkpoint: The checkpoint to load (its URI must be readable by the Ray workers); None for
+            ``from_pandas_udf``.
         predictor_cls: The Predictor class, e.g. ``XGBoostPredictor``.
         **predictor_kwargs: Passed to ``predictor_cls.from_checkpoint``.
     """
 
-    def __init__(self, checkpoint: Checkpoint, predictor_cls: type[Predictor], **predictor_kwargs: Any) -> None:
+    def __init__(self, checkpoint: Checkpoint | None, predictor_cls: type[Predictor], **predictor_kwargs: Any) -> None:
         if not (isinstance(predictor_cls, type) and issubclass(predictor_cls, Predictor)):
             raise InvalidArgumentError("predictor_cls must be a trainwire Predictor class", field="predictor_cls")
         self.checkpoint = checkpoint
@@ -60,6 +82,18 @@ class BatchPredictor:
         cls, checkpoint: Checkpoint, predictor_cls: type[Predictor], **predictor_kwargs: Any
     ) -> BatchPredictor:
         return cls(checkpoint, predictor_cls, **predictor_kwargs)
+
+    @classmethod
+    def from_pandas_udf(cls, pandas_udf: Callable[..., pd.DataFrame]) -> BatchPredictor:
+        """Scores with a function of a DataFrame batch instead of a checkpoint's model, as in Ray 2.4.
+
+        Args:
+            pandas_udf: Takes a batch (and ``predict``'s extra keyword arguments) and returns a
+                DataFrame of predictions, one row per input row.
+        """
+        if not callable(pandas_udf):
+            raise InvalidArgumentError("pandas_udf must be callable", field="pandas_udf")
+        return cls(None, _PandasUDFPredictor, udf=pandas_udf)
 
     def predict(
         self,
@@ -119,6 +153,42 @@ class BatchPredictor:
             batch_format="pandas",
             **remote_args,
         )
+
+    def predict_pipelined(
+        self,
+        data: Any,
+        *,
+        blocks_per_window: int | None = None,
+        bytes_per_window: int | None = None,
+        **predict_kwargs: Any,
+    ) -> Any:
+        """Ray 2.4's windowed scoring, for datasets larger than memory: ``predict`` on today's Ray Data.
+
+        Ray Data now streams every dataset through the scoring workers block by block, which is
+        what windows were for (Ray removed ``DatasetPipeline``), so this returns ``predict``'s lazy
+        Dataset; iterate it (``iter_batches``) or write it out as the pipeline was.
+
+        Args:
+            data: A ``ray.data.Dataset`` or a pandas DataFrame.
+            blocks_per_window: Accepted for Ray 2.4's scripts (>= 1); streaming needs no windows.
+            bytes_per_window: Accepted for Ray 2.4's scripts (>= 1); streaming needs no windows.
+            **predict_kwargs: As for ``predict``.
+        """
+        if blocks_per_window is None and bytes_per_window is None:
+            # Ray 2.4 required one of them.
+            raise InvalidArgumentError(
+                "predict_pipelined needs blocks_per_window or bytes_per_window", field="blocks_per_window"
+            )
+        for name, value in (("blocks_per_window", blocks_per_window), ("bytes_per_window", bytes_per_window)):
+            if value is not None and (not isinstance(value, int) or value < 1):
+                raise InvalidArgumentError(f"{name} must be an integer >= 1, got {value!r}", field=name)
+        warnings.warn(
+            "predict_pipelined streams the dataset as predict does (Ray Data has no windows any more); "
+            "call predict instead",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.predict(data, **predict_kwargs)
 
     def __repr__(self) -> str:
         return f"BatchPredictor(checkpoint={self.checkpoint!r}, predictor_cls={self.predictor_cls.__name__})"

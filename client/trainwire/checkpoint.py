@@ -13,10 +13,17 @@ from typing import Any
 import pyarrow.fs as pafs
 
 from trainwire_core.manifest import COMPILED_DIR, is_derived_path, verify_checkpoint
-from trainwire_core.storage import Store, resolve
+from trainwire_core.storage import MANIFEST_NAME, Store, resolve
 
 METADATA_NAME = ".metadata.json"
 PREPROCESSOR_NAME = "preprocessor.pkl"
+# The file ``Checkpoint.from_dict`` pickles the dict into, named as in Ray 2.4.
+DICT_CHECKPOINT_NAME = "dict_checkpoint.pkl"
+# Ray 2.4's dict key for the preprocessor (``ray.air.constants.PREPROCESSOR_KEY``); in a checkpoint's
+# files it is ``preprocessor.pkl``, as for every trainwire checkpoint, so predictors find it either way.
+PREPROCESSOR_KEY = "_preprocessor"
+# Files a checkpoint carries for trainwire's own bookkeeping, not the user's data.
+_BOOKKEEPING = {METADATA_NAME, MANIFEST_NAME, PREPROCESSOR_NAME, DICT_CHECKPOINT_NAME}
 
 
 def _ignore_derived(root: str) -> Callable[[str, list[str]], list[str]]:
@@ -68,7 +75,98 @@ class Checkpoint:
 
     @classmethod
     def from_uri(cls, uri: str) -> Checkpoint:
+        """A checkpoint of a directory in a store (``file://``, ``s3://``); nothing is copied."""
         return cls(uri)
+
+    @classmethod
+    def from_checkpoint(cls, other: Checkpoint) -> Checkpoint:
+        """The same files seen as this class, e.g. ``TorchCheckpoint.from_checkpoint(result.checkpoint)``."""
+        return cls(other.path, other.filesystem)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Checkpoint:
+        """A checkpoint holding a dict, as Ray 2.4's ``Checkpoint.from_dict``.
+
+        The dict is pickled (cloudpickle) into ``dict_checkpoint.pkl`` of a new local directory, so
+        it travels as any directory checkpoint does (``train.report`` uploads it). A preprocessor
+        under ``"_preprocessor"`` is saved as the checkpoint's preprocessor, where predictors read it.
+        """
+        import cloudpickle
+
+        if not isinstance(data, dict):
+            raise TypeError(f"Checkpoint.from_dict takes a dict, got {type(data).__name__}")
+        data = dict(data)
+        preprocessor = data.pop(PREPROCESSOR_KEY, None)
+
+        def write(path: str) -> None:
+            with open(os.path.join(path, DICT_CHECKPOINT_NAME), "wb") as f:
+                cloudpickle.dump(data, f)
+
+        return cls.from_new_directory("dict", write, preprocessor)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The checkpoint as a dict, as Ray 2.4's ``Checkpoint.to_dict``.
+
+        A checkpoint made by ``from_dict`` gives its dict back. Any other gives its files'
+        contents as ``{relative path: bytes}``. Either way a saved preprocessor is under
+        ``"_preprocessor"``.
+
+        Raises:
+            DataLossError: A file does not match the checkpoint's manifest.
+        """
+        import cloudpickle
+
+        with self.as_directory() as d:
+            dict_file = os.path.join(d, DICT_CHECKPOINT_NAME)
+            if os.path.exists(dict_file):
+                with open(dict_file, "rb") as f:
+                    data = dict(cloudpickle.load(f))
+            else:
+                data = {}
+                for root, dirs, files in os.walk(d):
+                    if root == d and COMPILED_DIR in dirs:
+                        dirs.remove(COMPILED_DIR)  # the predictor's cache, not the checkpoint
+                    for name in files:
+                        rel = os.path.relpath(os.path.join(root, name), d).replace(os.sep, "/")
+                        if rel not in _BOOKKEEPING:
+                            with open(os.path.join(root, name), "rb") as f:
+                                data[rel] = f.read()
+            preprocessor_file = os.path.join(d, PREPROCESSOR_NAME)
+            if os.path.exists(preprocessor_file):
+                with open(preprocessor_file, "rb") as f:
+                    data[PREPROCESSOR_KEY] = cloudpickle.load(f)
+        return data
+
+    def to_uri(self, uri: str) -> str:
+        """Copies the checkpoint's files to ``uri`` (``file://``, ``s3://`` or a path) and returns ``uri``.
+
+        Raises:
+            DataLossError: A file does not match the checkpoint's manifest.
+        """
+        fs, path = resolve(uri)
+        store = Store.for_filesystem(fs, path)
+        with self.as_directory() as d:
+            if not os.path.isdir(os.path.join(d, COMPILED_DIR)):
+                store.upload_dir(d, path)
+                return uri
+            # Libraries the predictor compiled are its cache: leave them behind, as to_directory does.
+            with tempfile.TemporaryDirectory(prefix="trainwire-to-uri-") as staging:
+                shutil.copytree(d, staging, dirs_exist_ok=True, ignore=_ignore_derived(d))
+                store.upload_dir(staging, path)
+        return uri
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> Checkpoint:
+        """The checkpoint ``to_bytes`` gave (a pickled dict), as in Ray 2.4."""
+        import cloudpickle
+
+        return cls.from_dict(cloudpickle.loads(data))
+
+    def to_bytes(self) -> bytes:
+        """``to_dict()`` pickled, as in Ray 2.4."""
+        import cloudpickle
+
+        return cloudpickle.dumps(self.to_dict())
 
     @property
     def is_local(self) -> bool:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import math
+import os
 import re
+import warnings
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -258,8 +260,16 @@ class SyncConfig:
     sync_timeout_s: float = 1800.0
     sync_artifacts: bool = False
     sync_artifacts_on_checkpoint: bool = True
+    # Ray 2.4's cloud directory for results; RunConfig takes it as its storage_path.
+    upload_dir: str | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        if self.upload_dir is not None:
+            warnings.warn(
+                "SyncConfig(upload_dir=...) is deprecated, as in Ray: use RunConfig(storage_path=...)",
+                DeprecationWarning,
+                stacklevel=3,
+            )
         for name in ("sync_period_s", "sync_timeout_s"):
             if not getattr(self, name) >= 0:  # NaN too
                 raise InvalidArgumentError(
@@ -298,6 +308,10 @@ class RunConfig:
         failure_config: Restart policy.
         checkpoint_config: Retention policy.
         sync_config: Artifact syncing (SyncConfig).
+        local_dir: Deprecated (Ray 2.4's results directory): taken as ``storage_path`` when
+            neither that nor ``sync_config.upload_dir`` is set.
+
+    ``storage_path`` may start with ``~`` (expanded here, on the client).
     """
 
     name: str | None = None
@@ -307,8 +321,16 @@ class RunConfig:
     checkpoint_config: CheckpointConfig = field(default_factory=CheckpointConfig)
     sync_config: SyncConfig = field(default_factory=SyncConfig)
     verbose: int = 1
+    local_dir: str | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        if self.sync_config is None:
+            self.sync_config = SyncConfig()
+        if isinstance(self.storage_path, os.PathLike):
+            self.storage_path = os.fspath(self.storage_path)
+        self._adopt_deprecated_dirs()
+        if self.storage_path is not None and self.storage_path.startswith("~"):
+            self.storage_path = os.path.expanduser(self.storage_path)
         if self.name is not None and (not self.name or "/" in self.name or len(self.name) > 200):
             raise InvalidArgumentError(
                 f"run_config.name must be 1-200 characters without '/', got {self.name!r}",
@@ -325,8 +347,28 @@ class RunConfig:
             self.failure_config = FailureConfig()
         if self.checkpoint_config is None:
             self.checkpoint_config = CheckpointConfig()
-        if self.sync_config is None:
-            self.sync_config = SyncConfig()
+
+    def _adopt_deprecated_dirs(self) -> None:
+        """Maps Ray 2.4's ``local_dir`` and ``SyncConfig.upload_dir`` to ``storage_path``."""
+        upload_dir = self.sync_config.upload_dir
+        if self.local_dir is not None:
+            warnings.warn(
+                "RunConfig(local_dir=...) is deprecated, as in Ray: use RunConfig(storage_path=...)",
+                DeprecationWarning,
+                stacklevel=4,
+            )
+        given = [(n, v) for n, v in (("storage_path", self.storage_path), ("sync_config.upload_dir", upload_dir)) if v]
+        if len({v for _, v in given}) > 1:
+            raise InvalidArgumentError(
+                f"run_config.storage_path and run_config.sync_config.upload_dir disagree ({given}); set storage_path",
+                field="run_config.storage_path",
+            )
+        if self.storage_path is None and upload_dir:
+            # With both, Ray kept results in upload_dir (local_dir was only a local cache).
+            self.storage_path = upload_dir
+        elif self.storage_path is None and self.local_dir:
+            # local_dir was a directory of the driver's machine: relative to where the script runs.
+            self.storage_path = os.path.abspath(os.path.expanduser(self.local_dir))
 
     def to_proto(self) -> common_pb2.RunConfig:
         return common_pb2.RunConfig(
@@ -340,6 +382,9 @@ class RunConfig:
 
     @classmethod
     def from_proto(cls, msg: common_pb2.RunConfig) -> RunConfig:
+        if msg.storage_path:
+            # Checked before construction: "~" means the caller's home, which a server cannot know.
+            _check_storage_path(msg.storage_path)
         return cls(
             name=msg.name or None,
             storage_path=msg.storage_path or None,

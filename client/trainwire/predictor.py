@@ -31,7 +31,8 @@ class Predictor:
     ``predict`` takes a pandas DataFrame, a 2-D numpy array (columns in
     ``feature_columns`` order) or a dict of 1-D arrays, and returns a DataFrame
     with a "predictions" column (``predictions_<i>`` for a model with several
-    outputs per row), one row per input row.
+    outputs per row), one row per input row. A column whose cells are 1-D arrays
+    (a Ray tensor column) gives the model one input column per element.
 
     Args:
         preprocessor: A fitted Ray Data preprocessor, or None.
@@ -86,11 +87,25 @@ class Predictor:
         return self.feature_columns
 
     def predict(self, data: DataBatch, **predict_kwargs: Any) -> pd.DataFrame:
-        """Scores one batch and returns a DataFrame with the predictions."""
+        """Scores one batch.
+
+        Args:
+            data: A DataFrame, a 2-D numpy array or a dict of 1-D arrays.
+            **predict_kwargs: Passed to the framework's predict (e.g. XGBoost's ``pred_contribs=True``),
+                but for ``feature_columns`` (as in Ray 2.4: the columns the model reads, after
+                preprocessing; integer positions for an array) and the framework's own (``dtype``).
+
+        Returns:
+            A DataFrame with the predictions.
+        """
         return pd.DataFrame(self.predict_columns(data, **predict_kwargs))
 
-    def predict_columns(self, data: DataBatch, **predict_kwargs: Any) -> dict[str, np.ndarray]:
+    def predict_columns(
+        self, data: DataBatch, feature_columns: list[Any] | None = None, **predict_kwargs: Any
+    ) -> dict[str, np.ndarray]:
         """What ``predict`` computes, as output column name -> 1-D array (no DataFrame built)."""
+        if feature_columns is not None:
+            return self._predict_selected(data, list(feature_columns), **predict_kwargs)
         if self.preprocessor is None and not self.takes_frame:
             out = self._score(self._to_matrix(data, self.model_columns), **predict_kwargs)
         elif (columns := self._preprocess_vectorised(data)) is not None:
@@ -108,6 +123,16 @@ class Predictor:
             else:
                 out = self._score(self._to_matrix(frame, self.model_columns), **predict_kwargs)
         return prediction_columns(out)
+
+    def _predict_selected(self, data: DataBatch, columns: list[Any], **predict_kwargs: Any) -> dict[str, np.ndarray]:
+        """Scores ``columns`` of the preprocessed input, as Ray 2.4's ``predict(data, feature_columns=...)``."""
+        frame = self._to_frame(data)
+        if self.preprocessor is not None:
+            frame = self.preprocessor.transform_batch(frame)
+        frame = self._select(frame, columns)
+        if self.takes_frame:
+            return prediction_columns(self._predict_pandas(frame, **predict_kwargs))
+        return prediction_columns(self._score(self._to_matrix(frame, None), **predict_kwargs))
 
     def _preprocess_vectorised(self, data: DataBatch) -> Columns | None:
         """The preprocessed columns, computed with numpy; None where ``transform_batch`` must do it."""
@@ -151,7 +176,7 @@ class Predictor:
         missing = [c for c in names if c not in columns]
         if missing:
             raise InvalidArgumentError(f"missing input column(s): {', '.join(map(str, missing))}", field="inputs")
-        arrays = [columns[c] for c in names]
+        arrays = [_stack_cells(columns[c]) for c in names]
         if len(arrays) == 1 and arrays[0].ndim == 2:
             return arrays[0]
         return np.column_stack(arrays)
@@ -205,19 +230,23 @@ class Predictor:
             return frame
         missing = [c for c in columns if c not in frame.columns]
         if missing:
-            raise InvalidArgumentError(f"missing input column(s): {', '.join(missing)}", field="inputs")
+            raise InvalidArgumentError(f"missing input column(s): {', '.join(map(str, missing))}", field="inputs")
         return frame if list(frame.columns) == columns else frame[columns]
 
     @classmethod
     def _to_matrix(cls, data: DataBatch, columns: list[str] | None) -> np.ndarray:
         if isinstance(data, pd.DataFrame):
-            return cls._select(data, columns).to_numpy()
+            frame = cls._select(data, columns)
+            if any(getattr(dtype, "kind", "") == "O" for dtype in frame.dtypes):
+                # Ray tensor columns: cells that are arrays, each stacked into columns of its own.
+                return np.column_stack([_stack_cells(frame.iloc[:, i].to_numpy()) for i in range(frame.shape[1])])
+            return frame.to_numpy()
         if isinstance(data, dict):
             names = columns or list(data)
             missing = [c for c in names if c not in data]
             if missing:
-                raise InvalidArgumentError(f"missing input column(s): {', '.join(missing)}", field="inputs")
-            return np.column_stack([_column(data[c], c) for c in names])
+                raise InvalidArgumentError(f"missing input column(s): {', '.join(map(str, missing))}", field="inputs")
+            return np.column_stack([_column(data[c], c, allow_2d=True) for c in names])
         arr = np.asarray(data)
         if arr.ndim == 1:
             arr = arr.reshape(-1, 1)
@@ -233,15 +262,45 @@ class Predictor:
         return f"{type(self).__name__}(preprocessor={self.preprocessor!r})"
 
 
-def _column(values: Any, name: str) -> np.ndarray:
-    arr = np.asarray(values)
+def _stack_cells(arr: np.ndarray) -> np.ndarray:
+    """A column whose cells are 1-D arrays (or lists) as an (N, d) array; other columns as they are."""
+    if arr.dtype != object or not len(arr) or not isinstance(arr[0], np.ndarray | list | tuple):
+        return arr
+    try:
+        return np.stack([np.asarray(cell) for cell in arr]).reshape(len(arr), -1)
+    except ValueError as exc:  # cells of different lengths
+        raise InvalidArgumentError(f"a tensor column's cells must all have one shape: {exc}", field="inputs") from exc
+
+
+def _column(values: Any, name: str, allow_2d: bool = False) -> np.ndarray:
+    """One input column as a 1-D array (``allow_2d``: or a 2-D tensor column, as Ray's numpy batches hold)."""
+    arr = _stack_cells(np.asarray(values)) if allow_2d else np.asarray(values)
     if arr.ndim == 2 and arr.shape[1] == 1:
         arr = arr[:, 0]
+    if allow_2d and arr.ndim == 2:
+        return arr
     if arr.ndim != 1:
         raise InvalidArgumentError(
             f"column {name!r} must be 1-D (one value per row), got shape {list(arr.shape)}", field="inputs"
         )
     return arr
+
+
+def one_dtype(dtype: Any) -> Any:
+    """The one dtype of Ray's ``predict(..., dtype=)``, which may be a dict of column -> dtype.
+
+    Raises:
+        InvalidArgumentError: The dict names several dtypes; trainwire's models take one tensor.
+    """
+    if not isinstance(dtype, dict):
+        return dtype
+    dtypes = set(dtype.values())
+    if len(dtypes) > 1:
+        raise InvalidArgumentError(
+            f"dtype names several dtypes {sorted(map(str, dtypes))}; the model takes one tensor of one dtype",
+            field="dtype",
+        )
+    return dtypes.pop() if dtypes else None
 
 
 def prediction_columns(out: Any) -> dict[str, np.ndarray]:

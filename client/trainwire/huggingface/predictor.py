@@ -6,12 +6,13 @@ import json
 import os
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from trainwire.checkpoint import Checkpoint
 from trainwire.huggingface.checkpoint import model_dir
 from trainwire.huggingface.framework import FRAMEWORK
-from trainwire.predictor import Predictor
+from trainwire.predictor import DataBatch, Predictor
 
 TEXT_COLUMN = "text"
 # Model class suffix -> the pipeline task it serves, for checkpoints that name no task.
@@ -32,6 +33,9 @@ class HuggingFacePredictor(Predictor):
     column holds the texts and returns the pipeline's answers as columns, e.g.
     ``label`` and ``score`` for text-classification. In the predictor service
     the input is a BYTES tensor named as that column ("text" by default).
+
+    As in Ray 2.4, ``predict(data, feature_columns=["review"])`` names the text column for one
+    call; without it an input of one column not named "text" is taken as the texts.
 
     Args:
         pipeline: A ``transformers.Pipeline``.
@@ -64,7 +68,8 @@ class HuggingFacePredictor(Predictor):
             pipeline_cls: A pipeline factory (default ``transformers.pipeline``).
             use_gpu: Run the pipeline on the first GPU.
             **pipeline_kwargs: Passed to the factory, e.g. ``task="text-classification"``
-                (default: the task the model's architecture is for).
+                (default: the task the model's architecture is for) or ``tokenizer=`` (a tokenizer
+                or a model name; default: the checkpoint's own).
         """
         import transformers
 
@@ -75,8 +80,22 @@ class HuggingFacePredictor(Predictor):
         with checkpoint.as_directory() as d:
             path = model_dir(d)
             task = pipeline_kwargs.pop("task", None) or _task_of(path)
-            pipe = factory(task, model=path, tokenizer=path, device=0 if use_gpu else -1, **pipeline_kwargs)
+            pipeline_kwargs.setdefault("tokenizer", path)
+            pipe = factory(task, model=path, device=0 if use_gpu else -1, **pipeline_kwargs)
         return cls(pipe, **kwargs)
+
+    def predict_columns(
+        self, data: DataBatch, feature_columns: list[Any] | None = None, **predict_kwargs: Any
+    ) -> dict[str, np.ndarray]:
+        """Scores the text column(s); see ``Predictor.predict``."""
+        if feature_columns is None and self.preprocessor is None and self.feature_columns == [TEXT_COLUMN]:
+            names = (
+                list(data.columns) if isinstance(data, pd.DataFrame) else list(data) if isinstance(data, dict) else []
+            )
+            if len(names) == 1 and names[0] != TEXT_COLUMN:
+                # The default column name was never the caller's: Ray takes the one column given.
+                feature_columns = names
+        return super().predict_columns(data, feature_columns, **predict_kwargs)
 
     def _predict_pandas(self, data: pd.DataFrame, **pipeline_call_kwargs: Any) -> pd.DataFrame:
         if data.shape[1] == 1:

@@ -5,10 +5,12 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from trainwire.checkpoint import Checkpoint
+from trainwire.checkpoint import DICT_CHECKPOINT_NAME, Checkpoint
 from trainwire.torch.framework import FRAMEWORK
 
 MODEL_FILENAME = FRAMEWORK.model_file
+# A dict checkpoint's model entry (``ray.air.constants.MODEL_KEY``).
+MODEL_KEY = "model"
 
 
 class TorchCheckpoint(Checkpoint):
@@ -31,11 +33,24 @@ class TorchCheckpoint(Checkpoint):
         )
 
     def get_model(self, model: Any = None) -> Any:
-        """The saved model; with ``model`` given, a state dict is loaded into it."""
+        """The saved model; with ``model`` given, a state dict is loaded into it.
+
+        A dict checkpoint (``Checkpoint.from_dict``, Ray 2.4's way) gives its ``"model"`` entry, a
+        module or a state dict; a state dict saved from a DDP-wrapped model loses its ``module.`` prefix.
+        """
         import torch
 
         with self.as_directory() as d:
-            saved = torch.load(os.path.join(d, MODEL_FILENAME), map_location="cpu", weights_only=False)
+            path = os.path.join(d, MODEL_FILENAME)
+            if os.path.exists(path) or not os.path.exists(os.path.join(d, DICT_CHECKPOINT_NAME)):
+                saved = torch.load(path, map_location="cpu", weights_only=False)
+            else:
+                saved = Checkpoint.from_directory(d).to_dict().get(MODEL_KEY)
+                if saved is None:
+                    raise ValueError(f"this dict checkpoint has no {MODEL_KEY!r} entry to load the model from")
+                if isinstance(saved, dict):
+                    saved = dict(saved)
+                    torch.nn.modules.utils.consume_prefix_in_state_dict_if_present(saved, "module.")
         if isinstance(saved, dict):
             if model is None:
                 raise ValueError("this checkpoint holds a state dict: pass the model to load it into")

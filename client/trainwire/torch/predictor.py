@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 
 from trainwire.checkpoint import Checkpoint
-from trainwire.predictor import Predictor
+from trainwire.predictor import Predictor, one_dtype
 from trainwire.torch.framework import FRAMEWORK
 
 
@@ -39,19 +39,33 @@ class TorchPredictor(Predictor):
 
     @classmethod
     def from_checkpoint(cls, checkpoint: Checkpoint, model: Any = None, **kwargs: Any) -> TorchPredictor:
-        """Loads ``model.pt``: a whole saved model, or a state dict loaded into ``model``."""
+        """Loads ``model.pt``: a whole saved model, or a state dict loaded into ``model``.
+
+        A checkpoint made with ``Checkpoint.from_dict({"model": ...})`` (Ray 2.4's way) loads its
+        ``"model"`` entry the same way.
+        """
         from trainwire.torch.checkpoint import TorchCheckpoint
 
         loaded = TorchCheckpoint(checkpoint.path, checkpoint.filesystem).get_model(model)
         return cls(loaded, **cls.checkpoint_defaults(checkpoint, kwargs))
 
-    def _predict_numpy(self, data: np.ndarray, **kwargs: Any) -> np.ndarray:
+    def _predict_numpy(self, data: np.ndarray, dtype: Any = None, **kwargs: Any) -> np.ndarray:
+        """Scores a 2-D array as one tensor.
+
+        Args:
+            dtype: The tensor's ``torch.dtype`` (default float32), as Ray's ``predict(..., dtype=)``;
+                a dict of them (Ray's per column) must name one dtype, the model taking one tensor.
+            **kwargs: Passed to the model's ``forward``.
+        """
         import torch
 
-        arr = np.ascontiguousarray(data, dtype=np.float32)
+        dtype = one_dtype(dtype)
+        arr = np.asarray(data)
+        # Converted by numpy first where torch cannot take the array (object cells); no copy when float32.
+        arr = np.ascontiguousarray(arr, dtype=np.float32 if dtype is None or arr.dtype == object else None)
         if not arr.flags.writeable:  # a view over request bytes; torch wants its own memory
             arr = arr.copy()
-        tensor = torch.from_numpy(arr).to(self.device)
+        tensor = torch.from_numpy(arr).to(self.device, dtype=torch.float32 if dtype is None else dtype)
         with torch.inference_mode():
             out = self.model(tensor, **kwargs)
         return out.detach().cpu().numpy()

@@ -6,6 +6,10 @@ Inside ``train_loop_per_worker``::
     ctx = train.get_context()
     shard = train.get_dataset_shard("train")
     train.report({"loss": loss}, checkpoint=Checkpoint.from_directory(d))
+
+``get_world_size()``, ``get_world_rank()`` and the like are shorthands for ``get_context()``'s,
+as ``ray.air.session`` had them. ``trainwire.train.torch``, ``.xgboost``, ... are the framework
+packages under Ray's module paths (``trainwire.torch``, ...), imported only when named.
 """
 
 from __future__ import annotations
@@ -27,6 +31,14 @@ __all__ = [
     "get_checkpoint",
     "get_context",
     "get_dataset_shard",
+    "get_experiment_name",
+    "get_local_rank",
+    "get_local_world_size",
+    "get_node_rank",
+    "get_trial_dir",
+    "get_trial_name",
+    "get_world_rank",
+    "get_world_size",
     "report",
 ]
 
@@ -54,3 +66,43 @@ def get_context() -> TrainContext:
 def get_dataset_shard(name: str = "train") -> Any:
     """This worker's shard of a dataset passed to the trainer (a Ray Data iterator)."""
     return get_session().get_dataset_shard(name)
+
+
+def get_world_size() -> int:
+    """How many workers the run has."""
+    return get_context().get_world_size()
+
+
+def get_world_rank() -> int:
+    """This worker's rank among all workers (0 is the one whose metrics are the run's)."""
+    return get_context().get_world_rank()
+
+
+def get_local_rank() -> int:
+    """This worker's rank among the workers on its node."""
+    return get_context().get_local_rank()
+
+
+def get_local_world_size() -> int:
+    """How many of the run's workers are on this worker's node."""
+    return get_context().get_local_world_size()
+
+
+def get_node_rank() -> int:
+    """The rank of this worker's node."""
+    return get_context().get_node_rank()
+
+
+def get_trial_name() -> str:
+    """The run's name (Ray's trial name)."""
+    return get_context().get_trial_name()
+
+
+def get_experiment_name() -> str:
+    """The run's name (Ray's experiment name)."""
+    return get_context().get_experiment_name()
+
+
+def get_trial_dir() -> str:
+    """A local directory for this worker's artifacts."""
+    return get_context().get_trial_dir()

@@ -10,6 +10,9 @@ from trainwire.checkpoint import Checkpoint
 from trainwire.predictor import Predictor
 from trainwire.xgboost.framework import FRAMEWORK
 
+# Keyword arguments ``Booster.inplace_predict`` takes; any other goes to ``Booster.predict`` on a DMatrix.
+_INPLACE_ARGS = {"iteration_range", "predict_type", "missing", "validate_features", "base_margin", "strict_shape"}
+
 
 class XGBoostPredictor(Predictor):
     """Scores with an XGBoost booster.
@@ -51,6 +54,18 @@ class XGBoostPredictor(Predictor):
     def model_columns(self) -> list[str] | None:
         return self.model.feature_names or self.feature_columns
 
-    def _predict_numpy(self, data: np.ndarray, **kwargs: Any) -> np.ndarray:
-        # Columns are already in the booster's order; inplace_predict skips building a DMatrix.
-        return self.model.inplace_predict(data, validate_features=False, **kwargs)
+    def _predict_numpy(self, data: np.ndarray, dmatrix_kwargs: dict[str, Any] | None = None, **kwargs: Any) -> Any:
+        """Scores a 2-D array whose columns are in the booster's order.
+
+        Args:
+            dmatrix_kwargs: Passed to ``xgboost.DMatrix`` (as in Ray 2.4).
+            **kwargs: Passed to ``Booster.predict``, e.g. ``pred_contribs=True`` for SHAP values.
+        """
+        if not dmatrix_kwargs and kwargs.keys() <= _INPLACE_ARGS:
+            # inplace_predict skips building a DMatrix.
+            return self.model.inplace_predict(data, **{"validate_features": False, **kwargs})
+        import xgboost
+
+        # inplace_predict takes none of pred_contribs, pred_leaf, output_margin...: Booster.predict takes them all.
+        matrix = xgboost.DMatrix(data, feature_names=self.model.feature_names, **(dmatrix_kwargs or {}))
+        return self.model.predict(matrix, validate_features=False, **kwargs)
