@@ -79,3 +79,18 @@ def test_the_coordinator_refuses_a_dataset_it_does_not_have(client):
     with pytest.raises(InvalidArgumentError) as info:
         client.fit(request)
     assert info.value.field == "data_parallel.data_config.datasets_to_split" and "'valid'" in info.value.message
+
+
+def test_a_bare_data_parallel_trainer_runs_its_loop_on_every_worker(coordinator):
+    """As ray.train.data_parallel_trainer.DataParallelTrainer: N workers, no process group."""
+    from trainwire.train.data_parallel_trainer import DataParallelTrainer
+
+    def loop(config):
+        from trainwire import train
+
+        train.report({"world_size": train.get_context().get_world_size(), "scale": config["scale"]})
+
+    result = DataParallelTrainer(
+        loop, train_loop_config={"scale": 3}, scaling_config=ScalingConfig(num_workers=2)
+    ).fit()
+    assert result.metrics == {**result.metrics, "world_size": 2, "scale": 3}

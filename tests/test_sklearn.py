@@ -37,3 +37,16 @@ def test_cv_must_be_at_least_two():
     with pytest.raises(InvalidArgumentError) as info:
         SklearnTrainer(estimator=RandomForestClassifier(), label_column="target", cv=1)
     assert info.value.field == "sklearn.cv"
+
+
+def test_trainer_resources_are_what_its_one_worker_reserves():
+    """As Ray's SklearnTrainer: trainer_resources={"CPU": 2} reserves 2 CPUs, not 2 + a worker's 1."""
+    from trainwire import ScalingConfig
+    from trainwire_coordinator.backends import get_backend
+    from trainwire_coordinator.placement import bundles_for
+
+    scaling = ScalingConfig(trainer_resources={"CPU": 2}).to_proto()
+    assert bundles_for(get_backend("sklearn").placement_scaling(scaling)) == [{"CPU": 2.0}]
+    assert bundles_for(get_backend("torch").placement_scaling(scaling)) == [{"CPU": 3.0}]  # a trainer beside
+    plain = ScalingConfig().to_proto()
+    assert bundles_for(get_backend("sklearn").placement_scaling(plain)) == [{"CPU": 1.0}]

@@ -163,6 +163,9 @@ class BaseTrainer:
 class DataParallelTrainer(BaseTrainer):
     """Runs ``train_loop_per_worker`` on every worker, as ``ray.train.DataParallelTrainer``.
 
+    Used as it is, the loop runs with no framework set up (no process group); the
+    framework trainers (``TorchTrainer``, ...) add theirs.
+
     Args:
         train_loop_per_worker: A function taking ``config`` (or nothing), or an
             entry point ``"package.module:function"`` installed on the workers.
@@ -170,6 +173,8 @@ class DataParallelTrainer(BaseTrainer):
         backend_config: Framework options (e.g. torch ``{"backend": "gloo"}``).
         dataset_config: Which datasets are split across the workers (``DataConfig``; default: ``train``).
     """
+
+    framework = "data_parallel"
 
     def __init__(
         self,

@@ -210,7 +210,9 @@ class RunController:
         self.checkpoints = checkpoints
         self.data: RunData = data if data is not None else RunDatasets(request, datasets, checkpoints)
         self.task: asyncio.Task | None = None
-        self.scaling = scaling_policy(request.scaling_config)
+        # What the reservation is made from (a backend may place its trainer on its worker).
+        self.placed = backend.placement_scaling(request.scaling_config)
+        self.scaling = scaling_policy(self.placed)
         self.signals = Signals()
         self.losses = LossMemory()
         # The size of the current attempt's group.
@@ -337,7 +339,7 @@ class RunController:
 
     # --- one attempt -------------------------------------------------------------
     async def _reserve(self, num_workers: int) -> Any:
-        scaling = self.request.scaling_config
+        scaling = self.placed
         bundles = bundles_for(scaling, num_workers)
         placement = self.deps.placement
         reservation = placement.reserve(bundles, scaling.placement_strategy or "PACK")
@@ -352,7 +354,7 @@ class RunController:
         return reservation
 
     def _pool_key(self, num_workers: int) -> tuple:
-        scaling = self.request.scaling_config
+        scaling = self.placed
         bundles = tuple(tuple(sorted(b.items())) for b in bundles_for(scaling, num_workers))
         env = tuple(sorted(self.backend.worker_env(self.request).items()))
         return (self.backend.name, bundles, scaling.placement_strategy or "PACK", env)
@@ -379,7 +381,7 @@ class RunController:
         self.world_size = num_workers
         await self._transition(Starting(num_workers, self.scaling.max_workers, self.scaling.elastic))
         try:
-            resources = bundles_for(self.request.scaling_config, num_workers)[-1]
+            resources = bundles_for(self.placed, num_workers)[-1]
             env = self.backend.worker_env(self.request)
             group = await self.deps.placement.start_group(reservation, num_workers, resources, env)
             await group.check_framework(self.backend.name)

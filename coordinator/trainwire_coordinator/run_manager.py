@@ -304,7 +304,7 @@ class RunManager:
                     field="resume_from_checkpoint",
                 )
         if check_capacity:
-            wait_until_feasible(request.scaling_config, cluster_view, self.capacity_wait_s)
+            wait_until_feasible(backend.placement_scaling(request.scaling_config), cluster_view, self.capacity_wait_s)
         return run_config, datasets
 
     async def fit(self, request: coordinator_pb2.FitRequest) -> coordinator_pb2.Run:

@@ -40,7 +40,8 @@ class Framework:
         trainer: The SDK trainer class.
         checkpoint: The framework's ``Checkpoint`` class.
         predictor: The framework's ``Predictor`` class.
-        platform: The platform ``ModelMetadata`` reports (KServe's model format names where they exist).
+        platform: The platform ``ModelMetadata`` reports (KServe's model format names where they exist);
+            "" for checkpoints the predictor serves only by the model file they hold.
         model_file: The file (relative to the checkpoint) holding the model; "" for checkpoints
             that are folders of their own (RLlib's), which only their manifest names.
         detection_order: When a checkpoint names no framework, the first (lowest) whose model

@@ -109,7 +109,11 @@ def detect_framework(store: Store, directory: str) -> str:
             if named in table:
                 break
     declared = table.get(named)
-    if declared is not None and (not declared.model_file or store.exists(f"{directory}/{declared.model_file}")):
+    if (
+        declared is not None
+        and declared.platform
+        and (not declared.model_file or store.exists(f"{directory}/{declared.model_file}"))
+    ):
         return named
     for candidate in table.values():
         if candidate.model_file and store.exists(f"{directory}/{candidate.model_file}"):
@@ -128,7 +132,7 @@ def load_predictor(store: Store, run_id: str, checkpoint_id: str) -> tuple[str, 
     directory = store.checkpoint_dir(run_id, checkpoint_id)
     framework = detect_framework(store, directory)
     declared = frameworks.frameworks().get(framework)
-    if declared is None:
+    if declared is None or not declared.platform:
         raise FailedPreconditionError(
             f"the predictor cannot serve {framework!r} checkpoints; it serves {', '.join(frameworks.names())}"
         )

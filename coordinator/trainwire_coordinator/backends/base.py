@@ -15,7 +15,7 @@ from typing import Any, Protocol
 from trainwire_core.dataset_schema import DatasetSchema
 from trainwire_core.errors import InvalidArgumentError
 from trainwire_core.frameworks import COORDINATOR_BACKENDS_GROUP, registered_half
-from trainwire_core.v1 import coordinator_pb2
+from trainwire_core.v1 import common_pb2, coordinator_pb2
 
 
 class WorkerGroup(Protocol):
@@ -73,6 +73,10 @@ class CoordinatorBackend:
     def worker_env(self, request: coordinator_pb2.FitRequest) -> dict[str, str]:
         """Environment variables the worker processes need at start."""
         return {}
+
+    def placement_scaling(self, scaling: common_pb2.ScalingConfig) -> common_pb2.ScalingConfig:
+        """The scaling the run's reservation is made from (default: the request's as it is)."""
+        return scaling
 
 
 def check_tabular_datasets(datasets: dict[str, DatasetSchema], label_column: str, field: str) -> None:

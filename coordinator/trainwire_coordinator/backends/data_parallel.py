@@ -11,6 +11,7 @@ from trainwire_core.v1 import coordinator_pb2
 class DataParallelBackend(CoordinatorBackend):
     """Runs user code on every worker; subclasses add the framework's setup."""
 
+    name = "data_parallel"
     spec_field = "data_parallel"
     uses_ray_data = True
 

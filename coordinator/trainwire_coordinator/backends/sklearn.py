@@ -6,7 +6,7 @@ from trainwire.sklearn.framework import FRAMEWORK
 from trainwire_coordinator.backends.base import CoordinatorBackend, check_tabular_datasets
 from trainwire_core.dataset_schema import DatasetSchema
 from trainwire_core.errors import InvalidArgumentError
-from trainwire_core.v1 import coordinator_pb2
+from trainwire_core.v1 import common_pb2, coordinator_pb2
 
 
 class SklearnBackend(CoordinatorBackend):
@@ -27,3 +27,14 @@ class SklearnBackend(CoordinatorBackend):
         if spec.WhichOneof("estimator") is None:
             raise InvalidArgumentError("sklearn.estimator is required", field="sklearn.estimator")
         check_tabular_datasets(datasets, spec.label_column, "sklearn.label_column")
+
+    def placement_scaling(self, scaling: common_pb2.ScalingConfig) -> common_pb2.ScalingConfig:
+        """The one worker is the trainer (as Ray's trainer actor): ``trainer_resources`` is what it reserves."""
+        if not any(v > 0 for v in scaling.trainer_resources.values()):
+            return scaling
+        placed = common_pb2.ScalingConfig()
+        placed.CopyFrom(scaling)
+        placed.resources_per_worker.clear()
+        placed.resources_per_worker.update(scaling.trainer_resources)
+        placed.trainer_resources.clear()
+        return placed

@@ -57,6 +57,10 @@ def run_train_loop(worker: TrainWorker, request: coordinator_pb2.FitRequest) -> 
 
 
 class DataParallelBackend(WorkerBackend):
-    """Runs the user's loop on every worker."""
+    """Runs the user's loop on every worker (a bare DataParallelTrainer: no framework to set up)."""
+
+    name = "data_parallel"
+    module = "cloudpickle"  # what the loop's shipping needs; the loop imports the rest itself
+    package = "cloudpickle"
 
     train = staticmethod(run_train_loop)
