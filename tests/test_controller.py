@@ -146,6 +146,9 @@ class FakeBackend:
         # Set by a test to hold the process-group set-up (a slow rendezvous).
         self.hold_start: asyncio.Event | None = None
 
+    def placement_scaling(self, scaling: Any) -> Any:
+        return scaling
+
     def worker_env(self, request: Any) -> dict[str, str]:
         return {}
 
