@@ -442,10 +442,11 @@ class RunController:
     def _worker_runs(self, group: Group, shards: list[dict[str, Any]]) -> list[WorkerRun]:
         latest = self.checkpoints.latest
         start_from = self.checkpoints.info(latest).uri if latest is not None else self.request.resume_from_checkpoint
+        request_bytes = self.request.SerializeToString()  # once for every rank
         return [
             WorkerRun(
                 framework=self.backend.name,
-                request_bytes=self.request.SerializeToString(),
+                request_bytes=request_bytes,
                 context=TrainContext(
                     run_id=self.run.run_id,
                     run_name=self.run.name,

@@ -227,29 +227,27 @@ class RunManager:
             if self.embedded_owner and run.embedded_owner != self.embedded_owner:
                 # Another program's embedded run: that program is gone (else its own coordinator
                 # would hold the state), and this one does not take its runs over.
-                run.state = common_pb2.CANCELLED
-                run.state_reason = PROGRAM_EXITED
-                await self._save(run)
-                await self.events.append(
-                    coordinator_pb2.RunEvent(
-                        run_id=run.run_id,
-                        state_change=coordinator_pb2.StateChange(state=run.state, reason=run.state_reason),
-                    )
-                )
+                await self._end_unadopted(run, common_pb2.CANCELLED, PROGRAM_EXITED)
                 continue
             try:
                 run_config, datasets = await asyncio.to_thread(self._validate, run.request, check_capacity=False)
                 store = await asyncio.to_thread(self._run_store, run_config.storage_path)
             except TrainwireError as exc:
-                run.state = common_pb2.FAILED
-                run.state_reason = f"the coordinator restarted and cannot carry the run on: {exc.message}"
-                await self._save(run)
+                reason = f"the coordinator restarted and cannot carry the run on: {exc.message}"
+                await self._end_unadopted(run, common_pb2.FAILED, reason)
                 continue
             self._launch(self._controller(run, run_config, datasets, store), resume=True)
             resumed.append(run.run_id)
         if resumed:
             logger.info("carrying on %d run(s) left active by the previous coordinator", len(resumed))
         return resumed
+
+    async def _end_unadopted(self, run: coordinator_pb2.Run, state: int, reason: str) -> None:
+        """Ends a run no controller takes up: the event first (a watcher sees the end), then the record."""
+        run.state, run.state_reason = state, reason
+        change = coordinator_pb2.StateChange(state=state, reason=reason)
+        await self.events.append(coordinator_pb2.RunEvent(run_id=run.run_id, state_change=change))
+        await self._save(run)
 
     # --- runs ------------------------------------------------------------------
     async def _write(self, fn: Callable[..., Any], *args: Any) -> Any:
