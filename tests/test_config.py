@@ -95,3 +95,24 @@ def test_a_missing_framework_is_reported_with_the_install_hint():
         require_installed("no_such_module_xyz", "Horovod", "horovod")
     assert "pip install horovod" in info.value.message
     assert info.value.code.name == "FAILED_PRECONDITION"
+
+
+def test_ranks_writing_the_same_file_commit_what_the_manifest_lists(tmp_path):
+    from trainwire_core.manifest import verify_checkpoint
+
+    store = Store(str(tmp_path))
+    manager = CheckpointManager(store, "run", "name", CheckpointConfig())
+    directory = store.checkpoint_dir("run", "checkpoint_000001")
+    parts = {}
+    for rank, files in {0: {"model.pkl": b"rank zero"}, 1: {"model.pkl": b"rank one!", "shard_1.bin": b"1"}}.items():
+        local = tmp_path / f"local{rank}"
+        local.mkdir()
+        for name, data in files.items():
+            (local / name).write_bytes(data)
+        upload_to = directory if rank == 0 else store.rank_staging_dir(directory, rank)
+        parts[rank] = store.upload_dir(local, upload_to)
+    committed = manager.commit("checkpoint_000001", 1, {}, parts[0], {1: parts[1]})
+    assert [f["path"] for f in committed.files] == ["model.pkl", "shard_1.bin"]
+    assert store.read_bytes(f"{directory}/model.pkl") == b"rank zero"  # rank 0's file is kept
+    assert verify_checkpoint(store, directory) == 2
+    assert set(store.list_dir(directory)) == {"model.pkl", "shard_1.bin", "manifest.json"}  # nothing left aside

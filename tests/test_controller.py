@@ -173,7 +173,7 @@ class FakeCheckpoints:
     def ranked(self) -> list[str]:
         return list(reversed(self.checkpoints))
 
-    def commit(self, checkpoint_id: str, index: int, metrics: dict, files: list) -> str:
+    def commit(self, checkpoint_id: str, index: int, metrics: dict, files: list, staged: dict | None = None) -> str:
         self.checkpoints.append(checkpoint_id)
         return checkpoint_id
 

@@ -115,10 +115,34 @@ class CheckpointManager:
         return ranked[0] if ranked else None
 
     # --- commit --------------------------------------------------------------
-    def commit(self, checkpoint_id: str, index: int, metrics: dict[str, Any], files: list[Any]) -> CommittedCheckpoint:
-        """Writes the manifest (last), updates the index, then deletes what retention drops."""
+    def commit(
+        self,
+        checkpoint_id: str,
+        index: int,
+        metrics: dict[str, Any],
+        files: list[Any],
+        staged: dict[int, list[Any]] | None = None,
+    ) -> CommittedCheckpoint:
+        """Writes the manifest (last), updates the index, then deletes what retention drops.
+
+        Args:
+            checkpoint_id: The checkpoint's directory name.
+            index: The report it came with.
+            metrics: Rank 0's metrics of that report.
+            files: The files written in place (rank 0's, or an upload's).
+            staged: The files other ranks wrote aside, by rank; merged in rank order. Where
+                two ranks wrote the same path, the lower rank's file is kept, as Ray keeps
+                rank 0's checkpoint.
+        """
         directory = self.store.checkpoint_dir(self.run_id, checkpoint_id)
         entries = {f.path: {"path": f.path, "size_bytes": f.size_bytes, "sha256": f.sha256} for f in files}
+        for rank, rank_files in sorted((staged or {}).items()):
+            aside = self.store.rank_staging_dir(directory, rank)
+            for f in rank_files:
+                if f.path not in entries:
+                    self.store.move(f"{aside}/{f.path}", f"{directory}/{f.path}")
+                    entries[f.path] = {"path": f.path, "size_bytes": f.size_bytes, "sha256": f.sha256}
+            self.store.delete_dir(aside)
         if self.preprocessor_bytes:
             self.store.write_bytes(f"{directory}/{PREPROCESSOR_NAME}", self.preprocessor_bytes)
             entries[PREPROCESSOR_NAME] = {

@@ -577,12 +577,15 @@ class RunController:
 
     async def _commit(self, index: int, by_rank: dict[int, worker_reports_pb2.TrainingReport]) -> None:
         checkpoint_id = next(r.checkpoint_id for r in by_rank.values() if r.checkpoint_id)
-        files = [f for r in by_rank.values() for f in r.files]
+        files = list(by_rank[0].files) if 0 in by_rank else []
+        staged = {rank: list(r.files) for rank, r in by_rank.items() if rank != 0 and r.files}
         metrics = struct_to_dict(by_rank[0].metrics) if 0 in by_rank else {}
         # Commits run one at a time, in report order (the lock is FIFO).
         async with self._commit_lock:
             with self.deps.metrics.commit_seconds.time():
-                committed = await asyncio.to_thread(self.checkpoints.commit, checkpoint_id, index, metrics, files)
+                committed = await asyncio.to_thread(
+                    self.checkpoints.commit, checkpoint_id, index, metrics, files, staged
+                )
             info = self.checkpoints.info(committed)
             self.refresh_checkpoints()
             await self.deps.emit(coordinator_pb2.RunEvent(run_id=self.run.run_id, checkpoint=info))

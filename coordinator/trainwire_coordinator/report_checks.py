@@ -16,7 +16,7 @@ import secrets
 from trainwire_core.errors import InvalidArgumentError, PermissionDeniedError, UnauthenticatedError
 from trainwire_core.serving import REPORT_RUN_ID_METADATA as RUN_ID_METADATA
 from trainwire_core.serving import REPORT_SECRET_METADATA as SECRET_METADATA
-from trainwire_core.storage import is_path_component, is_relative_path
+from trainwire_core.storage import RANK_STAGING_PREFIX, is_path_component, is_relative_path
 from trainwire_core.v1 import worker_reports_pb2
 
 _SHA256 = re.compile(r"[0-9a-f]{64}")
@@ -80,6 +80,9 @@ def check_report(report: worker_reports_pb2.WorkerReport, run_id: str) -> None:
             raise InvalidArgumentError(
                 f"{field} must be a relative path inside the checkpoint, got {f.path!r}", field=field
             )
+        if f.path.startswith(RANK_STAGING_PREFIX):
+            field = f"report.files[{i}].path"
+            raise InvalidArgumentError(f"{field} may not start with {RANK_STAGING_PREFIX!r} (reserved)", field=field)
         if f.size_bytes < 0:
             field = f"report.files[{i}].size_bytes"
             raise InvalidArgumentError(f"{field} must be >= 0", field=field)

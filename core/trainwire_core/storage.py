@@ -28,6 +28,8 @@ from trainwire_core.errors import DataLossError, InvalidArgumentError, NotFoundE
 
 MANIFEST_NAME = "manifest.json"
 INDEX_NAME = "checkpoints.json"
+# Ranks other than 0 upload a checkpoint under this prefix; the commit merges their files in.
+RANK_STAGING_PREFIX = ".rank-staging-"
 _CHUNK = 1 << 20
 
 # A plain path component: no separators, no "." or "..", nothing a filesystem treats specially.
@@ -143,6 +145,16 @@ class Store:
 
     def checkpoint_dir(self, run_id: str, checkpoint_id: str) -> str:
         return self.path("runs", run_id, "checkpoints", checkpoint_id)
+
+    @staticmethod
+    def rank_staging_dir(checkpoint_dir: str, world_rank: int) -> str:
+        """Where a rank other than 0 uploads its part of a checkpoint before the commit."""
+        return posixpath.join(checkpoint_dir, f"{RANK_STAGING_PREFIX}{world_rank}")
+
+    def move(self, src: str, dest: str) -> None:
+        """Moves one file within the store (a rename locally, a copy and delete on S3)."""
+        self.fs.create_dir(posixpath.dirname(dest), recursive=True)
+        self.fs.move(src, dest)
 
     def index_path(self, run_id: str) -> str:
         return self.path("runs", run_id, INDEX_NAME)

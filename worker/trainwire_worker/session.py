@@ -60,8 +60,13 @@ class WorkerSession(TrainSession):
         if checkpoint is not None:
             checkpoint_id = checkpoint_id_for(index)
             dest = self._store.checkpoint_dir(self.context.run_id, checkpoint_id)
+            # Two ranks may write the same file name: each but rank 0 uploads aside and the
+            # commit merges, so what the manifest lists is what the store holds.
+            upload_to = (
+                dest if self.context.world_rank == 0 else self._store.rank_staging_dir(dest, self.context.world_rank)
+            )
             with checkpoint.as_directory() as local_dir:
-                files = self._store.upload_dir(local_dir, dest)
+                files = self._store.upload_dir(local_dir, upload_to)
             msg.checkpoint_id = checkpoint_id
             msg.files.extend(
                 common_pb2.ManifestFile(path=f.path, size_bytes=f.size_bytes, sha256=f.sha256) for f in files
