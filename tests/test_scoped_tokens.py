@@ -115,6 +115,20 @@ def test_a_submit_token_cannot_send_code(scoped_coordinator):
     assert "'submit-code'" in info.value.details()
 
 
+def test_a_submit_token_cannot_send_a_runtime_environment(scoped_coordinator):
+    upload = coordinator_pb2.UploadPackageRequest(
+        header=coordinator_pb2.UploadPackageHeader(sha256="0" * 64, size_bytes=1)
+    )
+    with pytest.raises(grpc.RpcError) as info:
+        scoped_coordinator.UploadPackage(iter([upload]), metadata=_as("ci"))
+    assert info.value.code() == grpc.StatusCode.PERMISSION_DENIED and "'submit-code'" in info.value.details()
+    request = coordinator_pb2.FitRequest(framework="xgboost", run_config=common_pb2.RunConfig(name="env"))
+    request.run_config.runtime_env.env_vars["MODE"] = "fast"
+    with pytest.raises(grpc.RpcError) as info:
+        scoped_coordinator.Fit(request, metadata=_as("ci"))
+    assert info.value.code() == grpc.StatusCode.PERMISSION_DENIED and "'submit-code'" in info.value.details()
+
+
 def test_an_unknown_token_is_unauthenticated(scoped_coordinator):
     with pytest.raises(grpc.RpcError) as info:
         scoped_coordinator.ListRuns(coordinator_pb2.ListRunsRequest(), metadata=[("authorization", "Bearer nope")])

@@ -11,7 +11,7 @@ from importlib.metadata import EntryPoint, entry_points
 
 from google.protobuf import json_format
 
-from trainwire.client import CoordinatorClient
+from trainwire.client import CoordinatorClient, format_log_line
 from trainwire_core.errors import TrainwireError
 from trainwire_core.v1 import common_pb2
 
@@ -55,6 +55,11 @@ def _runs_watch(args: argparse.Namespace) -> None:
         kind = event.WhichOneof("kind")
         body = json_format.MessageToDict(getattr(event, kind))
         print(json.dumps({"event_id": event.event_id, kind: body}), flush=True)
+
+
+def _runs_logs(args: argparse.Namespace) -> None:
+    for line in _client(args).watch_logs(args.run, ranks=args.rank, follow=args.follow, after=args.after):
+        print(format_log_line(line), flush=True)
 
 
 def _runs_cancel(args: argparse.Namespace) -> None:
@@ -116,7 +121,9 @@ def build_parser() -> argparse.ArgumentParser:
         dist = ep.dist.name if ep.dist is not None else "a plugin"
         sub.add_parser(name, help=f"{SERVICE_HELP.get(name, 'a service command')} (from {dist})", add_help=False)
 
-    runs = sub.add_parser("runs", help="list, show, watch and cancel runs").add_subparsers(dest="action", required=True)
+    runs = sub.add_parser("runs", help="list, show, watch, follow the logs of and cancel runs").add_subparsers(
+        dest="action", required=True
+    )
     p = runs.add_parser("list", help="list runs, newest first")
     p.add_argument("--state", action="append", default=[], choices=[s.lower() for s in common_pb2.RunState.keys()][1:])
     p.add_argument("--page-size", type=int, default=50)
@@ -126,12 +133,17 @@ def build_parser() -> argparse.ArgumentParser:
     for action, fn, help_text in [
         ("show", _runs_show, "show a run as JSON"),
         ("watch", _runs_watch, "stream a run's events as JSON lines"),
+        ("logs", _runs_logs, "print the workers' output (stdout, stderr, logging)"),
         ("cancel", _runs_cancel, "cancel a run"),
     ]:
         p = runs.add_parser(action, help=help_text)
         p.add_argument("run", help="run id or name")
         if action == "watch":
             p.add_argument("--after", type=int, default=0, help="start after this event id")
+        if action == "logs":
+            p.add_argument("-f", "--follow", action="store_true", help="keep printing until the run ends")
+            p.add_argument("--rank", type=int, action="append", default=[], help="only this rank (repeatable)")
+            p.add_argument("--after", default="", help="start after this cursor (LogLine.cursor)")
         p.set_defaults(fn=fn)
 
     p = sub.add_parser("health", help="gRPC health check of a server: exit 0 when SERVING")

@@ -6,8 +6,9 @@ import hashlib
 import io
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pyarrow as pa
@@ -27,6 +28,11 @@ def table_to_ipc(table: pa.Table) -> bytes:
     with pa.ipc.new_stream(sink, table.schema) as writer:
         writer.write_table(table)
     return sink.getvalue()
+
+
+def format_log_line(line: coordinator_pb2.LogLine) -> str:
+    """A worker's line as Ray prints its workers' output: prefixed with where it came from."""
+    return f"(rank={line.world_rank}, attempt={line.attempt + 1}) {line.text}"
 
 
 class CoordinatorClient:
@@ -86,15 +92,48 @@ class CoordinatorClient:
         seen (no event is lost or repeated), backing off, for up to ``reconnect_for_s``.
         """
         last = after_event_id
+
+        def call() -> Iterator[coordinator_pb2.RunEvent]:
+            return self.stub.WatchRun(
+                coordinator_pb2.WatchRunRequest(run_id=run_id, after_event_id=last), metadata=self._metadata
+            )
+
+        for event in self._resuming(call, reconnect_for_s):
+            last = event.event_id
+            yield event
+
+    def watch_logs(
+        self,
+        run_id: str,
+        *,
+        ranks: list[int] | None = None,
+        follow: bool = True,
+        after: str = "",
+        reconnect_for_s: float = 60.0,
+    ) -> Iterator[coordinator_pb2.LogLine]:
+        """Streams the workers' output lines; with ``follow``, until the run has ended.
+
+        Reconnects as ``watch_run`` does, from the last line's cursor: no line is lost or repeated.
+        """
+        cursor = after
+
+        def call() -> Iterator[coordinator_pb2.LogLine]:
+            request = coordinator_pb2.WatchLogsRequest(run_id=run_id, ranks=ranks or [], follow=follow, after=cursor)
+            return self.stub.WatchLogs(request, metadata=self._metadata)
+
+        for line in self._resuming(call, reconnect_for_s):
+            cursor = line.cursor
+            yield line
+
+    @staticmethod
+    def _resuming(call: Callable[[], Iterator[Any]], reconnect_for_s: float) -> Iterator[Any]:
+        """Items of a server stream, opened again by ``call`` (which resumes) while the server is UNAVAILABLE."""
         delay_s, give_up_at = 0.1, None
         while True:
             try:
-                for event in self.stub.WatchRun(
-                    coordinator_pb2.WatchRunRequest(run_id=run_id, after_event_id=last), metadata=self._metadata
-                ):
-                    last = event.event_id
+                for item in call():
                     delay_s, give_up_at = 0.1, None
-                    yield event
+                    yield item
                 return
             except grpc.RpcError as err:
                 if err.code() != grpc.StatusCode.UNAVAILABLE:
@@ -122,6 +161,23 @@ class CoordinatorClient:
                 yield coordinator_pb2.UploadDatasetRequest(chunk=data[offset : offset + UPLOAD_CHUNK_BYTES])
 
         return self._call("UploadDataset", parts())
+
+    def upload_package(self, data: bytes) -> coordinator_pb2.PackageInfo:
+        """Uploads a runtime-environment package (a zip) once: the same content is never sent twice."""
+        sha = hashlib.sha256(data).hexdigest()
+        try:
+            return self._call("GetPackage", coordinator_pb2.GetPackageRequest(sha256=sha))
+        except NotFoundError:
+            pass
+
+        def parts() -> Iterator[coordinator_pb2.UploadPackageRequest]:
+            yield coordinator_pb2.UploadPackageRequest(
+                header=coordinator_pb2.UploadPackageHeader(sha256=sha, size_bytes=len(data))
+            )
+            for offset in range(0, len(data), UPLOAD_CHUNK_BYTES):
+                yield coordinator_pb2.UploadPackageRequest(chunk=data[offset : offset + UPLOAD_CHUNK_BYTES])
+
+        return self._call("UploadPackage", parts())
 
     def upload_checkpoint(
         self, directory: str | os.PathLike, run_name: str, metrics: dict | None = None

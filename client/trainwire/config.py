@@ -7,10 +7,11 @@ import os
 import re
 import warnings
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from google.protobuf import json_format, message, struct_pb2
 
+from trainwire.runtime_env import check as runtime_env_check
 from trainwire_core.errors import InvalidArgumentError
 from trainwire_core.v1 import common_pb2
 
@@ -310,6 +311,9 @@ class RunConfig:
         sync_config: Artifact syncing (SyncConfig).
         local_dir: Deprecated (Ray 2.4's results directory): taken as ``storage_path`` when
             neither that nor ``sync_config.upload_dir`` is set.
+        runtime_env: Code and settings that travel with the run, Ray's keys
+            (``working_dir``, ``py_modules``, ``pip``, ``env_vars``, ``excludes``): see
+            ``trainwire.runtime_env``. ``worker_runtime_env`` (Ray Train's name) is the same.
 
     ``storage_path`` may start with ``~`` (expanded here, on the client).
     """
@@ -322,10 +326,19 @@ class RunConfig:
     sync_config: SyncConfig = field(default_factory=SyncConfig)
     verbose: int = 1
     local_dir: str | None = field(default=None, repr=False, compare=False)
+    runtime_env: dict[str, Any] | None = None
+    worker_runtime_env: dict[str, Any] | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.sync_config is None:
             self.sync_config = SyncConfig()
+        if self.worker_runtime_env is not None:
+            if self.runtime_env is not None:
+                raise InvalidArgumentError(
+                    "give runtime_env or worker_runtime_env, not both", field="run_config.runtime_env"
+                )
+            self.runtime_env, self.worker_runtime_env = self.worker_runtime_env, None
+        self.runtime_env = runtime_env_check(self.runtime_env) or None
         if isinstance(self.storage_path, os.PathLike):
             self.storage_path = os.fspath(self.storage_path)
         self._adopt_deprecated_dirs()

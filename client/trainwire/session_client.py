@@ -104,6 +104,8 @@ def init(
     state: str | None = None,
     token: str | None = None,
     num_cpus: int | None = None,
+    log_to_driver: bool | None = None,
+    runtime_env: dict | None = None,
 ) -> CoordinatorClient:
     """Connects to a coordinator (``address`` or ``TRAINWIRE_ADDRESS``), else starts a local one.
 
@@ -113,14 +115,31 @@ def init(
         state: Metadata store of an embedded coordinator.
         token: Bearer token for a coordinator that requires one (or ``TRAINWIRE_TOKEN``).
         num_cpus: Logical CPUs of the embedded coordinator's local Ray.
+        log_to_driver: Print the workers' output during ``fit()``, as ``ray.init(log_to_driver=)``
+            (default: on, or ``TRAINWIRE_LOG_TO_DRIVER=0`` for off).
+        runtime_env: The runtime environment of every run whose RunConfig gives none, as
+            ``ray.init(runtime_env=)``.
     """
     global _client
+    if log_to_driver is not None:
+        settings["log_to_driver"] = log_to_driver
+    if runtime_env is not None:
+        from trainwire.runtime_env import check
+
+        settings["runtime_env"] = check(runtime_env)
     with _lock:
         if _client is not None:
             return _client
         address = address or os.environ.get("TRAINWIRE_ADDRESS") or _start_embedded(store, state, num_cpus)
         _client = CoordinatorClient(address, token=token or os.environ.get("TRAINWIRE_TOKEN"))
         return _client
+
+
+# What init() set for the whole program.
+settings: dict = {
+    "log_to_driver": os.environ.get("TRAINWIRE_LOG_TO_DRIVER", "1") not in ("0", "false"),
+    "runtime_env": None,
+}
 
 
 def get_client() -> CoordinatorClient:

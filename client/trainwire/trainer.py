@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 import sys
 import sysconfig
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -12,14 +13,16 @@ import cloudpickle
 import pandas as pd
 import pyarrow as pa
 
+from trainwire import runtime_env
 from trainwire.checkpoint import Checkpoint
-from trainwire.client import TERMINAL_STATES, CoordinatorClient
+from trainwire.client import TERMINAL_STATES, CoordinatorClient, format_log_line
 from trainwire.config import RunConfig, ScalingConfig
 from trainwire.data_config import DataConfig
 from trainwire.progress import RunProgress
 from trainwire.result import Result
 from trainwire.session_client import get_client
-from trainwire_core.errors import InvalidArgumentError, TrainingFailedError
+from trainwire.session_client import settings as session_settings
+from trainwire_core.errors import InvalidArgumentError, TrainingFailedError, TrainwireError
 from trainwire_core.structs import struct_to_dict, to_struct
 from trainwire_core.v1 import common_pb2, coordinator_pb2
 
@@ -45,6 +48,26 @@ def pickle_by_value(obj: Any) -> bytes:
         return cloudpickle.dumps(obj)
     finally:
         cloudpickle.unregister_pickle_by_value(module)
+
+
+class WorkerOutput:
+    """Prints the workers' lines while a run goes on (``log_to_driver``), from a thread of its own."""
+
+    def __init__(self, client: CoordinatorClient, run_id: str) -> None:
+        self.client, self.run_id = client, run_id
+        self.thread = threading.Thread(target=self._follow, name=f"trainwire-logs-{run_id}", daemon=True)
+        self.thread.start()
+
+    def _follow(self) -> None:
+        try:
+            for line in self.client.watch_logs(self.run_id, follow=True):
+                print(format_log_line(line), file=sys.stderr if line.stream == "stderr" else sys.stdout, flush=True)
+        except TrainwireError:
+            pass  # the run's own outcome says what went wrong
+
+    def join(self, timeout_s: float = 20.0) -> None:
+        """Waits for the last lines (the stream ends once every rank's output has ended)."""
+        self.thread.join(timeout_s)
 
 
 class BaseTrainer:
@@ -86,6 +109,10 @@ class BaseTrainer:
     # --- request building ------------------------------------------------------
     def _fill_spec(self, request: coordinator_pb2.FitRequest) -> None:
         raise NotImplementedError
+
+    def _code_objects(self) -> list[Any]:
+        """What is pickled for the workers: the local modules it imports travel with the run."""
+        return [self.preprocessor] if self.preprocessor is not None else []
 
     def _total_iterations(self) -> int | None:
         return None
@@ -129,6 +156,14 @@ class BaseTrainer:
         if self.preprocessor is not None:
             request.pickled_preprocessor = pickle_by_value(self.preprocessor)
         self._fill_spec(request)
+        env = runtime_env.build(
+            self.run_config.runtime_env if self.run_config.runtime_env is not None else session_settings["runtime_env"],
+            client,
+            self._code_objects(),
+            verbose=bool(self.run_config.verbose),
+        )
+        if env is not None:
+            request.run_config.runtime_env.CopyFrom(env)
         return request
 
     # --- running -----------------------------------------------------------------
@@ -141,6 +176,7 @@ class BaseTrainer:
         client = get_client()
         run = client.fit(self.build_request(client))
         history: list[dict[str, Any]] = []
+        logs = WorkerOutput(client, run.run_id) if session_settings["log_to_driver"] else None
         with RunProgress(run.name, self._total_iterations(), enabled=bool(self.run_config.verbose)) as progress:
             for event in client.watch_run(run.run_id):
                 kind = event.WhichOneof("kind")
@@ -152,6 +188,8 @@ class BaseTrainer:
                     progress.state(common_pb2.RunState.Name(event.state_change.state), event.state_change.reason)
                     if event.state_change.state in TERMINAL_STATES:
                         break
+        if logs is not None:
+            logs.join()
         run = client.get_run(run.run_id)
         result = Result.from_run(run, history, self.checkpoint_cls)
         if run.state != common_pb2.SUCCEEDED:
@@ -200,6 +238,10 @@ class DataParallelTrainer(BaseTrainer):
         self.train_loop_per_worker = train_loop_per_worker
         self.train_loop_config = train_loop_config
         self.backend_config = backend_config or {}
+
+    def _code_objects(self) -> list[Any]:
+        code = [self.train_loop_per_worker, self.train_loop_config] if callable(self.train_loop_per_worker) else []
+        return code + super()._code_objects()
 
     def _fill_spec(self, request: coordinator_pb2.FitRequest) -> None:
         spec = request.data_parallel

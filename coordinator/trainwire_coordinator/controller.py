@@ -162,6 +162,8 @@ class ControllerDeps:
     stall_reason_after_s: float = 60.0
     # ... and after this long (0: never) the attempt fails with that reason.
     stall_fail_after_s: float = 0.0
+    # The most of one rank's output per attempt that the store keeps (0: all).
+    log_max_bytes: int = 64 << 20
 
 
 def _error_from_exception(rank: int, attempt: int, exc: BaseException) -> common_pb2.WorkerError:
@@ -465,6 +467,7 @@ class RunController:
                 checkpoint_uri=start_from,
                 dataset_shards=shard,
                 next_report_index=self.run.last_report_index + 1,
+                log_max_bytes=self.deps.log_max_bytes,
             )
             for meta, shard in zip(group.metas, shards)
         ]
@@ -550,8 +553,14 @@ class RunController:
         """Handles one message of a worker's report stream."""
         if is_stale(report.attempt, self.attempt, self.run.state):
             return  # from a group already torn down
-        if report.WhichOneof("kind") != "report":
+        kind = report.WhichOneof("kind")
+        if kind == "status" and isinstance(self.state, Running):
+            # What a worker does before its loop (installing its runtime environment) shows as the reason.
+            await self._transition(Running(self.state.world_size, preparing=report.status.reason[:500]))
+        if kind != "report":
             return  # hello; errors arrive as the outcome of the worker's run
+        if isinstance(self.state, Running) and self.state.preparing:
+            await self._transition(Running(self.state.world_size))
         msg = report.report
         self.run.last_report_index = max(self.run.last_report_index, msg.report_index)
         by_rank = self._pending.setdefault(msg.report_index, {})

@@ -122,10 +122,15 @@ class Starting(ControllerState):
 
 @dataclass(frozen=True)
 class Running(ControllerState):
-    """The group trains."""
+    """The group trains (or its workers still prepare their runtime environment)."""
 
     run_state: ClassVar[int] = common_pb2.RUNNING
     world_size: int
+    preparing: str = ""
+
+    @property
+    def reason(self) -> str:
+        return self.preparing
 
 
 @dataclass(frozen=True)

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import io
-import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any, TypeVar
 
@@ -17,16 +15,16 @@ import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 
 from trainwire.data_config import datasets_to_split
-from trainwire_coordinator.uploads import read_upload
+from trainwire_coordinator.uploads import SHA256 as _SHA256
+from trainwire_coordinator.uploads import read_hashed_upload
 from trainwire_core.dataset_schema import DatasetSchema
 from trainwire_core.datasets import ShardSpec, guess_format, open_dataset
-from trainwire_core.errors import InvalidArgumentError, NotFoundError, ResourceExhaustedError
+from trainwire_core.errors import InvalidArgumentError, NotFoundError
 from trainwire_core.storage import Store, resolve
 from trainwire_core.v1 import coordinator_pb2
 
 T = TypeVar("T")
 
-_SHA256 = re.compile(r"^[0-9a-f]{64}$")
 DATA_FILE = "data.parquet"
 META_FILE = "meta.json"
 
@@ -64,43 +62,11 @@ class DatasetService:
         self, requests: AsyncIterator[coordinator_pb2.UploadDatasetRequest]
     ) -> coordinator_pb2.DatasetInfo:
         """Receives header + chunks; stores nothing unless size and hash match."""
-        buf = io.BytesIO()
-        digest = hashlib.sha256()
-        limit = 0
-
-        def check_header(header: coordinator_pb2.UploadDatasetHeader) -> None:
-            nonlocal limit
-            if not _SHA256.match(header.sha256):
-                raise InvalidArgumentError("header.sha256 must be 64 lowercase hex digits", field="header.sha256")
-            if header.size_bytes <= 0:
-                raise InvalidArgumentError("header.size_bytes must be > 0", field="header.size_bytes")
-            if header.size_bytes > self.max_upload_bytes:
-                raise ResourceExhaustedError(
-                    f"upload of {header.size_bytes} bytes is over the limit of {self.max_upload_bytes}",
-                    field="header.size_bytes",
-                )
-            limit = header.size_bytes
-
-        def take_chunk(chunk: bytes) -> None:
-            if buf.tell() + len(chunk) > limit:
-                raise InvalidArgumentError(f"upload is longer than header.size_bytes={limit}", field="chunk")
-            buf.write(chunk)
-            digest.update(chunk)
-
-        header = await read_upload(requests, check_header, take_chunk)
-        if buf.tell() != header.size_bytes:
-            raise InvalidArgumentError(
-                f"upload truncated: got {buf.tell()} of {header.size_bytes} bytes; nothing was stored",
-                field="chunk",
-            )
-        if digest.hexdigest() != header.sha256:
-            raise InvalidArgumentError(
-                "upload content does not match header.sha256; nothing was stored", field="header.sha256"
-            )
+        header, data = await read_hashed_upload(requests, self.max_upload_bytes)
         if self.store.exists(f"{self.store.dataset_dir(header.sha256)}/{META_FILE}"):
             return self._info(header.sha256)  # content-addressed: stored once
         try:
-            table = ipc.open_stream(pa.BufferReader(buf.getvalue())).read_all()
+            table = ipc.open_stream(pa.BufferReader(data)).read_all()
         except (pa.ArrowException, OSError, ValueError) as exc:  # pyarrow raises OSError for a bad stream
             raise InvalidArgumentError(f"upload is not an Arrow IPC stream: {exc}", field="chunk") from exc
         directory = self.store.dataset_dir(header.sha256)

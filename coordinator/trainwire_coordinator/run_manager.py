@@ -27,7 +27,9 @@ from trainwire_coordinator.metrics import CoordinatorMetrics
 from trainwire_coordinator.placement import bundles_for
 from trainwire_coordinator.preprocessors import build_preprocessor
 from trainwire_coordinator.report_checks import ReportSecrets, check_report
+from trainwire_coordinator.run_logs import LogReader, watch_logs
 from trainwire_coordinator.run_state import ACTIVE, TERMINAL
+from trainwire_coordinator.runtime_envs import PackageService, check_runtime_env
 from trainwire_coordinator.worker_pool import WorkerPool
 from trainwire_core.auth import SUBMIT_CODE, current_caller
 from trainwire_core.errors import (
@@ -63,6 +65,7 @@ def carried_code(request: coordinator_pb2.FitRequest) -> bool:
             and request.sklearn.WhichOneof("estimator") == "pickled_estimator"
         )
         or request.pickled_preprocessor
+        or request.run_config.HasField("runtime_env")
     )
 
 
@@ -163,6 +166,8 @@ class RunManager:
         datasets: Upload and dataset resolution.
         coordinator_address: Returns the address workers report to.
         allow_pickled_code: Accept cloudpickled training code.
+        packages: Runtime-environment packages.
+        allow_pip_installs: Accept runtime environments with pip requirements.
         policy_factory: Builds the failure policy of a run (tests inject one).
     """
 
@@ -174,6 +179,8 @@ class RunManager:
         coordinator_address: Callable[[], str],
         *,
         allow_pickled_code: bool = True,
+        packages: PackageService | None = None,
+        allow_pip_installs: bool = True,
         watch_poll_s: float = 1.0,
         pending_reason_after_s: float = 1.0,
         capacity_wait_s: float = 0.0,
@@ -184,6 +191,7 @@ class RunManager:
         stall_reason_after_s: float = 60.0,
         stall_fail_after_s: float = 0.0,
         embedded_owner: str = "",
+        log_max_bytes: int = 64 << 20,
     ) -> None:
         self.metadata = metadata
         self.store = store
@@ -191,6 +199,9 @@ class RunManager:
         self.events = EventLog(metadata, watch_poll_s)
         self.coordinator_address = coordinator_address
         self.allow_pickled_code = allow_pickled_code
+        self.packages = packages or PackageService(store)
+        self.allow_pip_installs = allow_pip_installs
+        self.log_max_bytes = log_max_bytes
         self.pending_reason_after_s = pending_reason_after_s
         self.stall_after_s = (stall_reason_after_s, stall_fail_after_s)
         # Set when this coordinator is embedded in one program: its runs end with that program.
@@ -286,6 +297,8 @@ class RunManager:
             raise PermissionDeniedError(
                 "this coordinator does not accept pickled preprocessors", field="pickled_preprocessor"
             )
+        if request.run_config.HasField("runtime_env"):
+            check_runtime_env(request.run_config.runtime_env, self.packages, allow_pip=self.allow_pip_installs)
         if request.HasField("preprocessor") and not request.pickled_preprocessor:
             build_preprocessor(request.preprocessor)
         datasets = {name: self.datasets.resolve(name, ref) for name, ref in request.datasets.items()}
@@ -356,6 +369,7 @@ class RunManager:
                 metrics=self.metrics,
                 stall_reason_after_s=self.stall_after_s[0],
                 stall_fail_after_s=self.stall_after_s[1],
+                log_max_bytes=self.log_max_bytes,
             ),
             policy=self.policy_factory(run_config.failure_config),
             checkpoints=CheckpointManager(
@@ -422,6 +436,17 @@ class RunManager:
         live = run_id in self.controllers
         async for event in self.events.watch(run_id, request.after_event_id, has_ended, live):
             yield event
+
+    async def watch_logs(self, request: coordinator_pb2.WatchLogsRequest) -> AsyncIterator[coordinator_pb2.LogLine]:
+        run = await asyncio.to_thread(self.get_run, request.run_id)
+        store = await asyncio.to_thread(self._run_store, run.request.run_config.storage_path)
+        reader = LogReader(store, store.run_dir(run.run_id), list(request.ranks), request.after)
+
+        def has_ended() -> bool:
+            return self.get_run(run.run_id).state in TERMINAL
+
+        async for line in watch_logs(reader, request.follow, has_ended):
+            yield line
 
     async def cancel(self, run_id: str) -> coordinator_pb2.Run:
         run = await asyncio.to_thread(self.get_run, run_id)

@@ -20,9 +20,10 @@ import ray
 from trainwire_coordinator.datasets import DatasetService
 from trainwire_coordinator.metadata import open_metadata_store
 from trainwire_coordinator.run_manager import RunManager
+from trainwire_coordinator.runtime_envs import PackageService
 from trainwire_coordinator.servicer import CoordinatorServicer, WorkerReportsServicer
 from trainwire_coordinator.settings import CoordinatorSettings
-from trainwire_core.auth import CANCEL, READ, SUBMIT, TokenTable, add_auth_arguments
+from trainwire_core.auth import CANCEL, READ, SUBMIT, SUBMIT_CODE, TokenTable, add_auth_arguments
 from trainwire_core.serving import (
     KEEPALIVE_SERVER_OPTIONS,
     BearerTokenInterceptor,
@@ -98,6 +99,9 @@ def ensure_ray(settings: CoordinatorSettings) -> None:
 # The scope each Coordinator method needs (a Fit that carries code needs submit-code too).
 METHOD_SCOPES = {
     "Fit": SUBMIT,
+    "UploadPackage": SUBMIT_CODE,
+    "GetPackage": READ,
+    "WatchLogs": READ,
     "UploadDataset": SUBMIT,
     "UploadCheckpoint": SUBMIT,
     "GetRun": READ,
@@ -146,6 +150,8 @@ class CoordinatorServer:
             DatasetService(store),
             lambda: self.address,
             allow_pickled_code=settings.allow_pickled_code,
+            packages=PackageService(store, settings.max_package_bytes),
+            allow_pip_installs=settings.allow_pip_installs,
             watch_poll_s=settings.watch_poll_s,
             pending_reason_after_s=settings.pending_reason_after_s,
             capacity_wait_s=settings.capacity_wait_s,
@@ -155,6 +161,7 @@ class CoordinatorServer:
             stall_reason_after_s=settings.stall_reason_after_s,
             stall_fail_after_s=settings.stall_fail_after_s,
             embedded_owner=settings.embedded_owner,
+            log_max_bytes=settings.log_max_bytes_per_rank,
         )
         tokens = TokenTable.from_settings(settings.auth_token, settings.tokens)
         interceptors = [BearerTokenInterceptor(tokens, SERVICE_NAMES[:1], METHOD_SCOPES)] if tokens else []

@@ -54,6 +54,19 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
         async for chunk in self.runs.download_checkpoint(request.checkpoint):
             yield chunk
 
+    @handle_errors
+    async def WatchLogs(self, request, context) -> AsyncIterator[coordinator_pb2.LogLine]:  # type: ignore[no-untyped-def]
+        async for line in self.runs.watch_logs(request):
+            yield line
+
+    @handle_errors
+    async def GetPackage(self, request, context):  # type: ignore[no-untyped-def]
+        return await asyncio.to_thread(self.runs.packages.get, request.sha256)
+
+    @handle_errors
+    async def UploadPackage(self, request_iterator, context):  # type: ignore[no-untyped-def]
+        return await self.runs.packages.upload(request_iterator)
+
 
 class WorkerReportsServicer(worker_reports_pb2_grpc.WorkerReportsServicer):
     """Receives every worker's report stream; each message is handled in order."""

@@ -34,6 +34,12 @@ class CoordinatorSettings(BaseSettings):
     advertise_address: str = ""
     # Accept cloudpickled training code (code execution on the cluster).
     allow_pickled_code: bool = True
+    # Install a run's runtime_env pip requirements on the workers (code from a package index).
+    allow_pip_installs: bool = True
+    # Largest runtime-environment package (zip) accepted, in bytes.
+    max_package_bytes: int = 100 * 1024 * 1024
+    # The most of one rank's output (per attempt) the store keeps; older lines are rotated away.
+    log_max_bytes_per_rank: int = 64 * 1024 * 1024
     # When set, every call must carry "authorization: Bearer <token>".
     auth_token: str = ""
     # Listen beyond loopback without auth_token (refused unless set: Fit runs code on the cluster).

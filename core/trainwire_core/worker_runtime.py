@@ -33,6 +33,7 @@ class WorkerRun:
         checkpoint_uri: The checkpoint to resume from ("" for none).
         dataset_shards: This rank's dataset shards by name (Ray Data iterators or ``ShardSpec``s).
         next_report_index: The index the rank's first report takes.
+        log_max_bytes: The most of the rank's output the store keeps per attempt (0: all).
     """
 
     framework: str
@@ -45,6 +46,7 @@ class WorkerRun:
     checkpoint_uri: str = ""
     dataset_shards: dict[str, Any] = field(default_factory=dict)
     next_report_index: int = 0
+    log_max_bytes: int = 64 << 20
 
 
 @functools.cache

@@ -18,7 +18,9 @@ from trainwire_core.v1 import common_pb2, coordinator_pb2, worker_reports_pb2
 from trainwire_core.worker_runtime import WorkerRun
 from trainwire_worker.artifacts import ArtifactSyncer
 from trainwire_worker.backends import get_backend
+from trainwire_worker.log_capture import LogCapture
 from trainwire_worker.report_client import ReportStreamClient
+from trainwire_worker.runtime_env import PreparedEnv, activated, prepare
 from trainwire_worker.session import WorkerSession
 
 
@@ -102,8 +104,24 @@ class TrainWorker:
         set_session(session)
         artifacts.start()
         error = b""
+
+        def status(reason: str) -> None:
+            reports.send(
+                worker_reports_pb2.WorkerReport(
+                    run_id=context.run_id,
+                    attempt=context.attempt,
+                    world_rank=context.world_rank,
+                    status=worker_reports_pb2.WorkerStatus(reason=reason),
+                )
+            )
+
         try:
-            train_fn(self, request)
+            capture = LogCapture(store, context.run_id, context.world_rank, context.attempt, spec.log_max_bytes)
+            with capture:
+                env = request.run_config.runtime_env
+                prepared = prepare(store, env, status) if request.run_config.HasField("runtime_env") else PreparedEnv()
+                with activated(prepared):
+                    train_fn(self, request)
         except BaseException as exc:  # noqa: BLE001 - reported with rank and traceback
             err = worker_error(context.world_rank, context.attempt, exc)
             reports.send(

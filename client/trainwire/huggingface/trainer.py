@@ -79,6 +79,9 @@ class HuggingFaceTrainer(TorchTrainer):
             **kwargs,
         )
 
+    def _code_objects(self) -> list:
+        return [self.trainer_init_per_worker, self.trainer_init_config, *super()._code_objects()]
+
 
 TransformersTrainer = HuggingFaceTrainer
 

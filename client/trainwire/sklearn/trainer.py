@@ -49,6 +49,9 @@ class SklearnTrainer(BaseTrainer):
         self.return_train_score_cv = return_train_score_cv
         self.parallelize_cv = parallelize_cv or 0
 
+    def _code_objects(self) -> list:
+        return [self.estimator, *super()._code_objects()]
+
     def _fill_spec(self, request: coordinator_pb2.FitRequest) -> None:
         request.sklearn.CopyFrom(
             coordinator_pb2.SklearnSpec(

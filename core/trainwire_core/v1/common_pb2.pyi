@@ -6,7 +6,7 @@ from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
-from collections.abc import Mapping as _Mapping
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
 from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
@@ -95,7 +95,7 @@ class SyncConfig(_message.Message):
     def __init__(self, sync_period_s: _Optional[float] = ..., sync_timeout_s: _Optional[float] = ..., sync_artifacts: _Optional[bool] = ..., sync_artifacts_on_checkpoint: _Optional[bool] = ...) -> None: ...
 
 class RunConfig(_message.Message):
-    __slots__ = ("name", "storage_path", "stop", "failure_config", "checkpoint_config", "sync_config")
+    __slots__ = ("name", "storage_path", "stop", "failure_config", "checkpoint_config", "sync_config", "runtime_env")
     class StopEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -109,13 +109,34 @@ class RunConfig(_message.Message):
     FAILURE_CONFIG_FIELD_NUMBER: _ClassVar[int]
     CHECKPOINT_CONFIG_FIELD_NUMBER: _ClassVar[int]
     SYNC_CONFIG_FIELD_NUMBER: _ClassVar[int]
+    RUNTIME_ENV_FIELD_NUMBER: _ClassVar[int]
     name: str
     storage_path: str
     stop: _containers.ScalarMap[str, float]
     failure_config: FailureConfig
     checkpoint_config: CheckpointConfig
     sync_config: SyncConfig
-    def __init__(self, name: _Optional[str] = ..., storage_path: _Optional[str] = ..., stop: _Optional[_Mapping[str, float]] = ..., failure_config: _Optional[_Union[FailureConfig, _Mapping]] = ..., checkpoint_config: _Optional[_Union[CheckpointConfig, _Mapping]] = ..., sync_config: _Optional[_Union[SyncConfig, _Mapping]] = ...) -> None: ...
+    runtime_env: RuntimeEnv
+    def __init__(self, name: _Optional[str] = ..., storage_path: _Optional[str] = ..., stop: _Optional[_Mapping[str, float]] = ..., failure_config: _Optional[_Union[FailureConfig, _Mapping]] = ..., checkpoint_config: _Optional[_Union[CheckpointConfig, _Mapping]] = ..., sync_config: _Optional[_Union[SyncConfig, _Mapping]] = ..., runtime_env: _Optional[_Union[RuntimeEnv, _Mapping]] = ...) -> None: ...
+
+class RuntimeEnv(_message.Message):
+    __slots__ = ("working_dir", "py_modules", "pip", "env_vars")
+    class EnvVarsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    WORKING_DIR_FIELD_NUMBER: _ClassVar[int]
+    PY_MODULES_FIELD_NUMBER: _ClassVar[int]
+    PIP_FIELD_NUMBER: _ClassVar[int]
+    ENV_VARS_FIELD_NUMBER: _ClassVar[int]
+    working_dir: str
+    py_modules: _containers.RepeatedScalarFieldContainer[str]
+    pip: _containers.RepeatedScalarFieldContainer[str]
+    env_vars: _containers.ScalarMap[str, str]
+    def __init__(self, working_dir: _Optional[str] = ..., py_modules: _Optional[_Iterable[str]] = ..., pip: _Optional[_Iterable[str]] = ..., env_vars: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class WorkerError(_message.Message):
     __slots__ = ("world_rank", "exc_type", "message", "traceback", "attempt")

@@ -325,3 +325,65 @@ class DownloadCheckpointRequest(_message.Message):
     CHECKPOINT_FIELD_NUMBER: _ClassVar[int]
     checkpoint: str
     def __init__(self, checkpoint: _Optional[str] = ...) -> None: ...
+
+class GetPackageRequest(_message.Message):
+    __slots__ = ("sha256",)
+    SHA256_FIELD_NUMBER: _ClassVar[int]
+    sha256: str
+    def __init__(self, sha256: _Optional[str] = ...) -> None: ...
+
+class PackageInfo(_message.Message):
+    __slots__ = ("sha256", "size_bytes", "num_files", "unpacked_bytes")
+    SHA256_FIELD_NUMBER: _ClassVar[int]
+    SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    NUM_FILES_FIELD_NUMBER: _ClassVar[int]
+    UNPACKED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    sha256: str
+    size_bytes: int
+    num_files: int
+    unpacked_bytes: int
+    def __init__(self, sha256: _Optional[str] = ..., size_bytes: _Optional[int] = ..., num_files: _Optional[int] = ..., unpacked_bytes: _Optional[int] = ...) -> None: ...
+
+class UploadPackageHeader(_message.Message):
+    __slots__ = ("sha256", "size_bytes")
+    SHA256_FIELD_NUMBER: _ClassVar[int]
+    SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    sha256: str
+    size_bytes: int
+    def __init__(self, sha256: _Optional[str] = ..., size_bytes: _Optional[int] = ...) -> None: ...
+
+class UploadPackageRequest(_message.Message):
+    __slots__ = ("header", "chunk")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    CHUNK_FIELD_NUMBER: _ClassVar[int]
+    header: UploadPackageHeader
+    chunk: bytes
+    def __init__(self, header: _Optional[_Union[UploadPackageHeader, _Mapping]] = ..., chunk: _Optional[bytes] = ...) -> None: ...
+
+class WatchLogsRequest(_message.Message):
+    __slots__ = ("run_id", "ranks", "follow", "after")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    RANKS_FIELD_NUMBER: _ClassVar[int]
+    FOLLOW_FIELD_NUMBER: _ClassVar[int]
+    AFTER_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    ranks: _containers.RepeatedScalarFieldContainer[int]
+    follow: bool
+    after: str
+    def __init__(self, run_id: _Optional[str] = ..., ranks: _Optional[_Iterable[int]] = ..., follow: _Optional[bool] = ..., after: _Optional[str] = ...) -> None: ...
+
+class LogLine(_message.Message):
+    __slots__ = ("world_rank", "attempt", "time", "stream", "text", "cursor")
+    WORLD_RANK_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    TIME_FIELD_NUMBER: _ClassVar[int]
+    STREAM_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    CURSOR_FIELD_NUMBER: _ClassVar[int]
+    world_rank: int
+    attempt: int
+    time: _timestamp_pb2.Timestamp
+    stream: str
+    text: str
+    cursor: str
+    def __init__(self, world_rank: _Optional[int] = ..., attempt: _Optional[int] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., stream: _Optional[str] = ..., text: _Optional[str] = ..., cursor: _Optional[str] = ...) -> None: ...

@@ -81,6 +81,21 @@ class CoordinatorStub:
                 request_serializer=trainwire_dot_v1_dot_coordinator__pb2.DownloadCheckpointRequest.SerializeToString,
                 response_deserializer=trainwire_dot_v1_dot_coordinator__pb2.FileChunk.FromString,
                 _registered_method=True)
+        self.GetPackage = channel.unary_unary(
+                '/trainwire.v1.Coordinator/GetPackage',
+                request_serializer=trainwire_dot_v1_dot_coordinator__pb2.GetPackageRequest.SerializeToString,
+                response_deserializer=trainwire_dot_v1_dot_coordinator__pb2.PackageInfo.FromString,
+                _registered_method=True)
+        self.UploadPackage = channel.stream_unary(
+                '/trainwire.v1.Coordinator/UploadPackage',
+                request_serializer=trainwire_dot_v1_dot_coordinator__pb2.UploadPackageRequest.SerializeToString,
+                response_deserializer=trainwire_dot_v1_dot_coordinator__pb2.PackageInfo.FromString,
+                _registered_method=True)
+        self.WatchLogs = channel.unary_stream(
+                '/trainwire.v1.Coordinator/WatchLogs',
+                request_serializer=trainwire_dot_v1_dot_coordinator__pb2.WatchLogsRequest.SerializeToString,
+                response_deserializer=trainwire_dot_v1_dot_coordinator__pb2.LogLine.FromString,
+                _registered_method=True)
 
 
 class CoordinatorServicer:
@@ -147,6 +162,28 @@ class CoordinatorServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetPackage(self, request, context):
+        """Tells whether a runtime-environment package with this sha256 is stored (NOT_FOUND if not).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UploadPackage(self, request_iterator, context):
+        """First message: header; then chunks of one zip archive (a working_dir or a py_module).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def WatchLogs(self, request, context):
+        """Streams the workers' output (stdout, stderr, logging) after `after`; with `follow`,
+        goes on until the run has ended and every line has been sent.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_CoordinatorServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -194,6 +231,21 @@ def add_CoordinatorServicer_to_server(servicer, server):
                     servicer.DownloadCheckpoint,
                     request_deserializer=trainwire_dot_v1_dot_coordinator__pb2.DownloadCheckpointRequest.FromString,
                     response_serializer=trainwire_dot_v1_dot_coordinator__pb2.FileChunk.SerializeToString,
+            ),
+            'GetPackage': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetPackage,
+                    request_deserializer=trainwire_dot_v1_dot_coordinator__pb2.GetPackageRequest.FromString,
+                    response_serializer=trainwire_dot_v1_dot_coordinator__pb2.PackageInfo.SerializeToString,
+            ),
+            'UploadPackage': grpc.stream_unary_rpc_method_handler(
+                    servicer.UploadPackage,
+                    request_deserializer=trainwire_dot_v1_dot_coordinator__pb2.UploadPackageRequest.FromString,
+                    response_serializer=trainwire_dot_v1_dot_coordinator__pb2.PackageInfo.SerializeToString,
+            ),
+            'WatchLogs': grpc.unary_stream_rpc_method_handler(
+                    servicer.WatchLogs,
+                    request_deserializer=trainwire_dot_v1_dot_coordinator__pb2.WatchLogsRequest.FromString,
+                    response_serializer=trainwire_dot_v1_dot_coordinator__pb2.LogLine.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -440,6 +492,87 @@ class Coordinator:
             '/trainwire.v1.Coordinator/DownloadCheckpoint',
             trainwire_dot_v1_dot_coordinator__pb2.DownloadCheckpointRequest.SerializeToString,
             trainwire_dot_v1_dot_coordinator__pb2.FileChunk.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetPackage(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/trainwire.v1.Coordinator/GetPackage',
+            trainwire_dot_v1_dot_coordinator__pb2.GetPackageRequest.SerializeToString,
+            trainwire_dot_v1_dot_coordinator__pb2.PackageInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UploadPackage(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_unary(
+            request_iterator,
+            target,
+            '/trainwire.v1.Coordinator/UploadPackage',
+            trainwire_dot_v1_dot_coordinator__pb2.UploadPackageRequest.SerializeToString,
+            trainwire_dot_v1_dot_coordinator__pb2.PackageInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WatchLogs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/trainwire.v1.Coordinator/WatchLogs',
+            trainwire_dot_v1_dot_coordinator__pb2.WatchLogsRequest.SerializeToString,
+            trainwire_dot_v1_dot_coordinator__pb2.LogLine.FromString,
             options,
             channel_credentials,
             insecure,

@@ -26,7 +26,7 @@ from google.protobuf import struct_pb2 as google_dot_protobuf_dot_struct__pb2
 from trainwire_core.v1 import common_pb2 as trainwire_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!trainwire/v1/worker_reports.proto\x12\x0ctrainwire.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x19trainwire/v1/common.proto\"!\n\x0bWorkerHello\x12\x12\n\nworld_size\x18\x01 \x01(\x05\"\xaa\x01\n\x0eTrainingReport\x12\x14\n\x0creport_index\x18\x01 \x01(\x03\x12(\n\x07metrics\x18\x02 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x15\n\rcheckpoint_id\x18\x03 \x01(\t\x12)\n\x05\x66iles\x18\x04 \x03(\x0b\x32\x1a.trainwire.v1.ManifestFile\x12\x16\n\x0ehas_checkpoint\x18\x05 \x01(\x08\"\xd3\x01\n\x0cWorkerReport\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x02 \x01(\x05\x12\x12\n\nworld_rank\x18\x03 \x01(\x05\x12*\n\x05hello\x18\x04 \x01(\x0b\x32\x19.trainwire.v1.WorkerHelloH\x00\x12.\n\x06report\x18\x05 \x01(\x0b\x32\x1c.trainwire.v1.TrainingReportH\x00\x12*\n\x05\x65rror\x18\x06 \x01(\x0b\x32\x19.trainwire.v1.WorkerErrorH\x00\x42\x06\n\x04kind\"+\n\x0fReportStreamAck\x12\x18\n\x10reports_received\x18\x01 \x01(\x03\x32\\\n\rWorkerReports\x12K\n\x0cReportStream\x12\x1a.trainwire.v1.WorkerReport\x1a\x1d.trainwire.v1.ReportStreamAck(\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!trainwire/v1/worker_reports.proto\x12\x0ctrainwire.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x19trainwire/v1/common.proto\"!\n\x0bWorkerHello\x12\x12\n\nworld_size\x18\x01 \x01(\x05\"\xaa\x01\n\x0eTrainingReport\x12\x14\n\x0creport_index\x18\x01 \x01(\x03\x12(\n\x07metrics\x18\x02 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x15\n\rcheckpoint_id\x18\x03 \x01(\t\x12)\n\x05\x66iles\x18\x04 \x03(\x0b\x32\x1a.trainwire.v1.ManifestFile\x12\x16\n\x0ehas_checkpoint\x18\x05 \x01(\x08\"\x81\x02\n\x0cWorkerReport\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x02 \x01(\x05\x12\x12\n\nworld_rank\x18\x03 \x01(\x05\x12*\n\x05hello\x18\x04 \x01(\x0b\x32\x19.trainwire.v1.WorkerHelloH\x00\x12.\n\x06report\x18\x05 \x01(\x0b\x32\x1c.trainwire.v1.TrainingReportH\x00\x12*\n\x05\x65rror\x18\x06 \x01(\x0b\x32\x19.trainwire.v1.WorkerErrorH\x00\x12,\n\x06status\x18\x07 \x01(\x0b\x32\x1a.trainwire.v1.WorkerStatusH\x00\x42\x06\n\x04kind\"\x1e\n\x0cWorkerStatus\x12\x0e\n\x06reason\x18\x01 \x01(\t\"+\n\x0fReportStreamAck\x12\x18\n\x10reports_received\x18\x01 \x01(\x03\x32\\\n\rWorkerReports\x12K\n\x0cReportStream\x12\x1a.trainwire.v1.WorkerReport\x1a\x1d.trainwire.v1.ReportStreamAck(\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -38,9 +38,11 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_TRAININGREPORT']._serialized_start=144
   _globals['_TRAININGREPORT']._serialized_end=314
   _globals['_WORKERREPORT']._serialized_start=317
-  _globals['_WORKERREPORT']._serialized_end=528
-  _globals['_REPORTSTREAMACK']._serialized_start=530
-  _globals['_REPORTSTREAMACK']._serialized_end=573
-  _globals['_WORKERREPORTS']._serialized_start=575
-  _globals['_WORKERREPORTS']._serialized_end=667
+  _globals['_WORKERREPORT']._serialized_end=574
+  _globals['_WORKERSTATUS']._serialized_start=576
+  _globals['_WORKERSTATUS']._serialized_end=606
+  _globals['_REPORTSTREAMACK']._serialized_start=608
+  _globals['_REPORTSTREAMACK']._serialized_end=651
+  _globals['_WORKERREPORTS']._serialized_start=653
+  _globals['_WORKERREPORTS']._serialized_end=745
 # @@protoc_insertion_point(module_scope)

@@ -29,20 +29,28 @@ class TrainingReport(_message.Message):
     def __init__(self, report_index: _Optional[int] = ..., metrics: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., checkpoint_id: _Optional[str] = ..., files: _Optional[_Iterable[_Union[_common_pb2.ManifestFile, _Mapping]]] = ..., has_checkpoint: _Optional[bool] = ...) -> None: ...
 
 class WorkerReport(_message.Message):
-    __slots__ = ("run_id", "attempt", "world_rank", "hello", "report", "error")
+    __slots__ = ("run_id", "attempt", "world_rank", "hello", "report", "error", "status")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     WORLD_RANK_FIELD_NUMBER: _ClassVar[int]
     HELLO_FIELD_NUMBER: _ClassVar[int]
     REPORT_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     attempt: int
     world_rank: int
     hello: WorkerHello
     report: TrainingReport
     error: _common_pb2.WorkerError
-    def __init__(self, run_id: _Optional[str] = ..., attempt: _Optional[int] = ..., world_rank: _Optional[int] = ..., hello: _Optional[_Union[WorkerHello, _Mapping]] = ..., report: _Optional[_Union[TrainingReport, _Mapping]] = ..., error: _Optional[_Union[_common_pb2.WorkerError, _Mapping]] = ...) -> None: ...
+    status: WorkerStatus
+    def __init__(self, run_id: _Optional[str] = ..., attempt: _Optional[int] = ..., world_rank: _Optional[int] = ..., hello: _Optional[_Union[WorkerHello, _Mapping]] = ..., report: _Optional[_Union[TrainingReport, _Mapping]] = ..., error: _Optional[_Union[_common_pb2.WorkerError, _Mapping]] = ..., status: _Optional[_Union[WorkerStatus, _Mapping]] = ...) -> None: ...
+
+class WorkerStatus(_message.Message):
+    __slots__ = ("reason",)
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    reason: str
+    def __init__(self, reason: _Optional[str] = ...) -> None: ...
 
 class ReportStreamAck(_message.Message):
     __slots__ = ("reports_received",)

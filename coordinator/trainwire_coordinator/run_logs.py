@@ -1,0 +1,123 @@
+"""WatchLogs: the workers' output, read from the store where their shippers write it.
+
+The coordinator holds no log state: a reader's cursor names the chunk and line it got to
+in each rank's stream, and chunks never change once written, so a stream resumed on a
+restarted coordinator neither repeats nor skips a line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Callable
+
+from google.protobuf import timestamp_pb2
+
+from trainwire_core.errors import InvalidArgumentError
+from trainwire_core.run_logs import (
+    CHUNK_NAME,
+    DONE_NAME,
+    LOGS_DIR,
+    Position,
+    decode_cursor,
+    encode_cursor,
+    parse_attempt_dir,
+    parse_rank_dir,
+)
+from trainwire_core.storage import Store
+from trainwire_core.v1 import coordinator_pb2
+
+# After the run ends, how long to wait for shippers still writing their last chunk.
+END_GRACE_S = 15.0
+
+
+class LogReader:
+    """Reads one run's log streams from its store, resuming from a cursor.
+
+    Args:
+        store: The run's store.
+        run_dir: The run's directory in it.
+        ranks: Only these ranks (empty: all).
+        after: A cursor from an earlier ``LogLine``.
+    """
+
+    def __init__(self, store: Store, run_dir: str, ranks: list[int], after: str) -> None:
+        if any(r < 0 for r in ranks):
+            raise InvalidArgumentError("ranks must be >= 0", field="ranks")
+        try:
+            self.positions = decode_cursor(after)
+        except ValueError as exc:
+            raise InvalidArgumentError(f"after is not a cursor of this run's logs: {exc}", field="after") from exc
+        self.store, self.ranks = store, set(ranks)
+        self.logs_dir = f"{run_dir}/{LOGS_DIR}"
+
+    def streams(self) -> list[tuple[int, int, str]]:
+        """(rank, attempt, directory) of every stream written so far, by attempt then rank."""
+        found = []
+        for rank_name in self.store.list_dir(self.logs_dir):
+            rank = parse_rank_dir(rank_name)
+            if rank is None or (self.ranks and rank not in self.ranks):
+                continue
+            for attempt_name in self.store.list_dir(f"{self.logs_dir}/{rank_name}"):
+                attempt = parse_attempt_dir(attempt_name)
+                if attempt is not None:
+                    found.append((attempt, rank, f"{self.logs_dir}/{rank_name}/{attempt_name}"))
+        return [(rank, attempt, d) for attempt, rank, d in sorted(found)]
+
+    def all_done(self) -> bool:
+        return all(self.store.exists(f"{d}/{DONE_NAME}") for _, _, d in self.streams())
+
+    def read_new(self) -> list[coordinator_pb2.LogLine]:
+        """Every line written since the cursor, each with the cursor that resumes after it."""
+        out = []
+        for rank, attempt, directory in self.streams():
+            chunks = sorted(int(m.group(1)) for n in self.store.list_dir(directory) if (m := CHUNK_NAME.match(n)))
+            at = self.positions.get((rank, attempt), Position(0, -1))
+            for seq in chunks:
+                if seq < at.seq:
+                    continue
+                try:
+                    data = self.store.read_bytes(f"{directory}/{seq:08d}.jsonl")
+                except Exception:  # noqa: BLE001 - rotated away between listing and reading
+                    continue
+                for index, raw in enumerate(data.splitlines()):
+                    if seq == at.seq and index <= at.line:
+                        continue
+                    try:
+                        record = json.loads(raw)
+                    except ValueError:
+                        continue
+                    self.positions[(rank, attempt)] = Position(seq, index)
+                    when = timestamp_pb2.Timestamp()
+                    when.FromNanoseconds(int(float(record.get("t", 0)) * 1e9))
+                    out.append(
+                        coordinator_pb2.LogLine(
+                            world_rank=rank,
+                            attempt=attempt,
+                            time=when,
+                            stream=str(record.get("s", "")),
+                            text=str(record.get("l", "")),
+                            cursor=encode_cursor(self.positions),
+                        )
+                    )
+        return out
+
+
+async def watch_logs(
+    reader: LogReader, follow: bool, has_ended: Callable[[], bool], poll_s: float = 0.3
+) -> AsyncIterator[coordinator_pb2.LogLine]:
+    """Streams what the reader finds; with ``follow``, until the run has ended and its streams are done."""
+    ended_at: float | None = None
+    loop = asyncio.get_running_loop()
+    while True:
+        ended = follow and await asyncio.to_thread(has_ended)
+        done = ended and await asyncio.to_thread(reader.all_done)
+        for line in await asyncio.to_thread(reader.read_new):
+            yield line
+        if not follow or done:
+            return
+        if ended:
+            ended_at = ended_at or loop.time()
+            if loop.time() - ended_at > END_GRACE_S:
+                return  # a shipper that never finished (its host went away)
+        await asyncio.sleep(poll_s)
