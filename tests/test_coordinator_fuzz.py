@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import hashlib
+import io
 import os
+import zipfile
 
 import grpc
 import pyarrow as pa
@@ -263,6 +265,17 @@ def _mutators(dataset_uri: str, store_uri: str) -> dict:
         r.idempotency_key = draw(nasty)
         r.metadata.CopyFrom(struct_of(draw))
 
+    def runtime_env(draw, r):
+        env = r.run_config.runtime_env
+        env.SetInParent()
+        if draw(st.booleans()):
+            env.working_dir = draw(st.one_of(sha_like, nasty))
+        env.py_modules.extend(draw(st.lists(st.one_of(sha_like, nasty), max_size=2)))
+        pip_lines = st.one_of(nasty, st.sampled_from(["-r /etc/passwd", "-e .", "--index-url http://x", "numpy"]))
+        env.pip.extend(draw(st.lists(pip_lines, max_size=3)))
+        for key, value in draw(st.dictionaries(st.one_of(nasty, st.just("RAY_ADDRESS")), nasty, max_size=3)).items():
+            env.env_vars[key] = value
+
     return {
         f.__name__: f
         for f in (
@@ -283,6 +296,7 @@ def _mutators(dataset_uri: str, store_uri: str) -> dict:
             resume,
             preprocessor,
             extras,
+            runtime_env,
         )
     }
 
@@ -500,6 +514,52 @@ def test_dataset_uploads_and_lookups(stub, known_run, parts, sha):
     if info is not None:
         assert stub.GetDataset(coordinator_pb2.GetDatasetRequest(sha256=info.sha256)).sha256 == info.sha256
     call(stub.GetDataset, coordinator_pb2.GetDatasetRequest(sha256=sha))
+    still_serving(stub, known_run)
+
+
+# --- runtime-environment packages and worker logs -----------------------------------------------------
+@st.composite
+def package_uploads(draw):
+    """Zip archives with hostile entries (traversals, links, bombs) or no zip at all, in header-first parts."""
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        for name in draw(st.lists(st.one_of(nasty, st.sampled_from(["ok.py", "pkg/__init__.py"])), max_size=3)):
+            info = zipfile.ZipInfo(name or "x")
+            info.external_attr = draw(st.sampled_from([0, 0o100644, 0o120777, 0o040755, 0o020644])) << 16
+            size = draw(st.sampled_from([0, 10, 3 << 20]))
+            try:
+                archive.writestr(info, b"\0" * size, compress_type=zipfile.ZIP_DEFLATED)
+            except (ValueError, UnicodeEncodeError):
+                pass
+    data = buf.getvalue() if draw(st.booleans()) else draw(st.binary(max_size=64))
+    sha = hashlib.sha256(data).hexdigest() if draw(st.booleans()) else draw(sha_like)
+    size = len(data) if draw(st.booleans()) else draw(absurd_ints64)
+    parts = [
+        coordinator_pb2.UploadPackageRequest(header=coordinator_pb2.UploadPackageHeader(sha256=sha, size_bytes=size))
+    ]
+    parts.append(coordinator_pb2.UploadPackageRequest(chunk=data))
+    if draw(st.booleans()):
+        parts = parts[::-1]
+    return parts
+
+
+@FUZZ
+@given(parts=package_uploads(), sha=sha_like)
+def test_package_uploads_never_get_internal_nor_escape(stub, known_run, parts, sha):
+    info = call(stub.UploadPackage, iter(parts))
+    if info is not None:
+        assert stub.GetPackage(coordinator_pb2.GetPackageRequest(sha256=info.sha256)).sha256 == info.sha256
+    call(stub.GetPackage, coordinator_pb2.GetPackageRequest(sha256=sha))
+    still_serving(stub, known_run)
+
+
+@FUZZ
+@given(run_id=run_refs, ranks=st.lists(absurd_ints32, max_size=3), after=st.one_of(nasty, st.just("0.0:1.2")))
+def test_watch_logs_with_garbage(stub, known_run, run_id, ranks, after):
+    call(stub.WatchLogs, coordinator_pb2.WatchLogsRequest(run_id=run_id, ranks=ranks, after=after), timeout=10)
+    run, _ = known_run
+    request = coordinator_pb2.WatchLogsRequest(run_id=run.run_id, ranks=ranks, after=after, follow=True)
+    call(stub.WatchLogs, request, timeout=30)  # the run has ended: the stream ends too
     still_serving(stub, known_run)
 
 

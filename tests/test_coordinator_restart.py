@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from trainwire.client import CoordinatorClient
+from trainwire.client import CoordinatorClient, format_log_line
 from trainwire_core.v1 import common_pb2, coordinator_pb2
 
 pytestmark = pytest.mark.timeout(300)
@@ -50,6 +50,7 @@ USER_SCRIPT = textwrap.dedent(
             with tempfile.TemporaryDirectory() as d:
                 open(os.path.join(d, "step"), "w").write(str(step))
                 train.report({{"step": step}}, checkpoint=Checkpoint.from_directory(d))
+            print(f"step {{step}} reported", flush=True)
             step += 1
 
     if sys.argv[1] == "embedded":
@@ -161,7 +162,9 @@ def _user_result(user: subprocess.Popen, log: Callable[[], str]) -> dict:
     out, _ = user.communicate(timeout=240)
     text = out.decode(errors="replace")
     assert user.returncode == 0, text[-4000:] + log()
-    return json.loads(text.split("RESULT ", 1)[1].splitlines()[0])
+    result = json.loads(text.split("RESULT ", 1)[1].splitlines()[0])
+    result["shown"] = [line for line in text.splitlines() if line.startswith("(rank=")]
+    return result
 
 
 def _assert_carried_on(client: CoordinatorClient, run_id: str, before, seen: list, result: dict) -> None:
@@ -181,6 +184,11 @@ def _assert_carried_on(client: CoordinatorClient, run_id: str, before, seen: lis
     everything = list(client.watch_run(run_id))
     assert [e.event_id for e in seen + rest] == [e.event_id for e in everything]
     assert len({e.event_id for e in everything}) == len(everything)
+    # The workers' lines that fit() printed live, through the restart: each line of the
+    # store's logs once, none lost or repeated.
+    stored = [format_log_line(line) for line in client.watch_logs(run_id, follow=False)]
+    assert sorted(result["shown"]) == sorted(stored), (result["shown"], stored)
+    assert len(set(stored)) == len(stored) and any("step 0 reported" in s for s in stored)
     reasons = [e.state_change.reason for e in everything if e.HasField("state_change")]
     assert any(r.startswith("the coordinator restarted; resuming from checkpoint") for r in reasons), reasons
 

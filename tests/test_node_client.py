@@ -86,6 +86,9 @@ def test_quickstart_fits_watches_and_predicts(
     valid_df.to_parquet(valid_parquet, index=False)  # given to the coordinator as a URI
     valid_df.to_csv(rows_csv, index=False)  # the rows the client scores (label dropped)
     params = {"objective": "binary:logistic", "eval_metric": "logloss", "max_depth": 3, "nthread": 1, "seed": 0}
+    working_dir = tmp_path / "project"
+    (working_dir / "conf").mkdir(parents=True)
+    (working_dir / "conf" / "notes.txt").write_text("shipped from Node.js\n")
 
     proc = run_node(
         node_dir,
@@ -93,6 +96,7 @@ def test_quickstart_fits_watches_and_predicts(
             *("--label", "target", "--rounds", str(ROUNDS), "--workers", "2", "--name", "node-quickstart-xgb"),
             *("--params", json.dumps(params), "--upload", f"train={train_csv}"),
             *("--dataset", f"valid=file://{valid_parquet}", "--rows", str(rows_csv), "--num-rows", str(NUM_ROWS)),
+            *("--working-dir", str(working_dir), "--env", "MODE=fast", "--logs"),
         ],
         env={
             "TRAINWIRE_ADDRESS": coordinator_address,
@@ -108,8 +112,18 @@ def test_quickstart_fits_watches_and_predicts(
     assert uploaded["dataset"] == "train" and uploaded["num_rows"] == len(train_df)
     assert uploaded["ref"]["uri"] == f"datasets/{uploaded['sha256']}"
 
-    # Every event printed as it came, in order; one metrics line per boosting round while RUNNING.
+    # The working_dir travelled as a package stored by its content; the run carries it and the variable.
+    shipped = next(line for line in lines if line["event"] == "uploaded" and "working_dir" in line)
+    assert shipped["num_files"] == 1
     run_id = lines[kinds.index("run_started")]["run_id"]
+    request_env = client.get_run(run_id).request.run_config.runtime_env
+    assert request_env.working_dir == shipped["sha256"] and dict(request_env.env_vars) == {"MODE": "fast"}
+    # The workers' output followed live: rank 0's evaluation line for every round.
+    logged = [line for line in lines if line["event"] == "log"]
+    assert all(line["rank"] == 0 and line["attempt"] == 1 for line in logged if "train-logloss" in line["text"])
+    assert sum("train-logloss" in line["text"] for line in logged) == ROUNDS, logged
+
+    # Every event printed as it came, in order; one metrics line per boosting round while RUNNING.
     events = [line for line in lines if "event_id" in line]
     assert [e["event_id"] for e in events] == sorted({e["event_id"] for e in events})
     states = [e["state"] for e in events if e["event"] == "state"]

@@ -7,11 +7,11 @@ import io
 import os
 import subprocess
 import sys
-import textwrap
 import zipfile
 
 import grpc
 import pytest
+import sample_project
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -182,66 +182,14 @@ def test_a_coordinator_can_refuse_pip_installs(tmp_path):
 
 # --- a project from a directory no service starts in ----------------------------------------
 
-TRAIN = """
-import os, sys, time
-import trainwire
-from trainwire import RunConfig, ScalingConfig, train
-from trainwire.torch import TorchTrainer
-from mypkg.model import make_config
-
-PROJECT = os.path.dirname(os.path.abspath(__file__))
-
-
-def loop(config):
-    import twtiny
-    with open("data/labels.txt") as f:
-        labels = f.read().split(",")
-    cfg = make_config()
-    train.report({
-        "labels": len(labels), "width": cfg["width"], "tiny": twtiny.VALUE, "mode": os.environ.get("MODE", ""),
-        "project_on_path": PROJECT in sys.path, "cwd_is_project": os.getcwd() == PROJECT,
-    })
-
-
-env = {RUNTIME_ENV}
-started = time.monotonic()
-result = TorchTrainer(
-    loop,
-    scaling_config=ScalingConfig(num_workers=2),
-    run_config=RunConfig(name="{NAME}", verbose=0, runtime_env=env),
-).fit()
-print("METRICS", result.metrics, time.monotonic() - started, flush=True)
-"""
-
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory):
     """A package the workers' environment does not have, as a local wheel."""
-    src = tmp_path_factory.mktemp("twtiny")
-    (src / "twtiny").mkdir()
-    (src / "twtiny" / "__init__.py").write_text("VALUE = 7\n")
-    (src / "pyproject.toml").write_text(
-        '[project]\nname = "twtiny"\nversion = "0.1"\n'
-        '[build-system]\nrequires = ["setuptools"]\nbuild-backend = "setuptools.build_meta"\n'
-    )
-    out = tmp_path_factory.mktemp("wheels")
-    subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(out), str(src)],
-        check=True,
-    )
-    return next(out.glob("twtiny-*.whl"))
+    return sample_project.build_wheel(tmp_path_factory.mktemp("wheels"))
 
 
-def _project(root, name: str, env: str) -> None:
-    _tree(
-        root,
-        {
-            "mypkg/__init__.py": b"",
-            "mypkg/model.py": b"def make_config():\n    return {'width': 8}\n",
-            "data/labels.txt": b"cat,dog,bird",
-            "train.py": textwrap.dedent(TRAIN).replace("{RUNTIME_ENV}", env).replace("{NAME}", name).encode(),
-        },
-    )
+_project = sample_project.write
 
 
 def _run(project, coordinator_address) -> tuple[dict, float, str]:

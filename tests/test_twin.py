@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+import sample_project
 
 from deploy.twin import REPO, leftovers, load_compose
 
@@ -40,10 +41,38 @@ def _assert_gone(prefix: str) -> None:
     assert not Path(f"/tmp/{prefix}").exists()
 
 
-def _in_netns(netns: str, argv: list[str], env: dict[str, str], timeout_s: float) -> subprocess.CompletedProcess:
+def _in_netns(
+    netns: str, argv: list[str], env: dict[str, str], timeout_s: float, cwd: Path = REPO
+) -> subprocess.CompletedProcess:
     return subprocess.run(
-        ["ip", "netns", "exec", netns, *argv], env=env, capture_output=True, text=True, timeout=timeout_s, cwd=REPO
+        ["ip", "netns", "exec", netns, *argv], env=env, capture_output=True, text=True, timeout=timeout_s, cwd=cwd
     )
+
+
+def _project_on_the_twin(client: str, env: dict[str, str], tmp_path: Path) -> None:
+    """A multi-file project, from a directory no service of the twin starts in or has on its path."""
+    wheel = sample_project.build_wheel(tmp_path / "wheels")
+    with_env = tmp_path / "project-with-env"
+    runtime_env = f'{{"working_dir": ".", "pip": [{str(wheel)!r}], "env_vars": {{"MODE": "fast"}}}}'
+    sample_project.write(with_env, "twin-runtime-env", runtime_env)
+    done = _in_netns(client, [sys.executable, "train.py"], env, 600, cwd=with_env)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
+    metrics = done.stdout.split("METRICS ", 1)[1]
+    assert "'labels': 3" in metrics and "'tiny': 7" in metrics and "'mode': 'fast'" in metrics, metrics
+    assert "'project_on_path': False" in metrics and "'cwd_is_project': False" in metrics, metrics
+    # The workers' prints came back to the user's terminal, from the worker hosts.
+    for rank in (0, 1):
+        assert f"(rank={rank}, attempt=1) rank {rank} read 3 labels" in done.stdout, done.stdout[-3000:]
+    # Without a runtime_env, the package beside train.py travels on its own.
+    bare = tmp_path / "project-bare"
+    sample_project.write(bare, "twin-no-runtime-env", "None")
+    script = (bare / "train.py").read_text()
+    script = script.replace("    import twtiny\n", "").replace('"tiny": twtiny.VALUE, ', "")
+    script = script.replace('open("data/labels.txt")', "open(os.path.join(PROJECT, 'data', 'labels.txt'))")
+    (bare / "train.py").write_text(script.replace("verbose=0", "verbose=1"))
+    done = _in_netns(client, [sys.executable, "train.py"], env, 600, cwd=bare)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
+    assert "shipping local module(s) mypkg" in done.stderr and "'width': 8" in done.stdout
 
 
 @pytest.mark.timeout(1500)
@@ -127,6 +156,8 @@ def test_fit_on_the_twin_served_by_every_predictor_replica(tmp_path: Path):
             assert served["same_as_local"], address
             assert served["rows"] == 171 and served["accuracy"] > 0.9, served
         assert set(report["predictors"]) == {"predictor-1:8001", "predictor-2:8001"}
+
+        _project_on_the_twin(client, env, tmp_path)
 
         # The run's checkpoints are in the bucket, its state in Redis.
         listing = _in_netns(

@@ -33,6 +33,10 @@ const USAGE = `usage: node quickstart.js [COORDINATOR [PREDICTOR]] --label COLUM
   --num-rows N          rows of it to score (default 5)
   --token TOKEN         bearer token (default: $TRAINWIRE_AUTH_TOKEN or $TRAINWIRE_TOKEN)
   --predictor-token T   bearer token of the predictor (default: --token)
+  --working-dir DIR     a directory shipped with the run (runtime_env working_dir): packed
+                        and uploaded once by content, the workers' working directory
+  --env NAME=VALUE      a variable set for the workers (runtime_env env_vars; repeatable)
+  --logs                print the workers' output lines as they come ({"event":"log",...})
   --protos DIR          protos directory (default: $TRAINWIRE_PROTOS or the repository's protos/)
 
 TLS: set TRAINWIRE_TLS_CA (and TRAINWIRE_TLS_CERT + TRAINWIRE_TLS_KEY for mutual TLS).`;
@@ -76,6 +80,9 @@ function parseCommandLine(argv, env) {
       token: { type: 'string' },
       'predictor-token': { type: 'string' },
       protos: { type: 'string' },
+      'working-dir': { type: 'string' },
+      env: { type: 'string', multiple: true },
+      logs: { type: 'boolean' },
       help: { type: 'boolean', short: 'h' },
     },
   });
@@ -97,6 +104,10 @@ function parseCommandLine(argv, env) {
     }
   }
   const token = values.token || env.TRAINWIRE_AUTH_TOKEN || env.TRAINWIRE_TOKEN || '';
+  const workingDir = values['working-dir'];
+  if (workingDir && !(fs.existsSync(workingDir) && fs.statSync(workingDir).isDirectory())) {
+    throw new UsageError(`--working-dir ${workingDir} is not a directory`);
+  }
   return {
     coordinator: positionals[0] || env.TRAINWIRE_ADDRESS || '127.0.0.1:50051',
     predictor: positionals[1] || env.TRAINWIRE_PREDICTOR_ADDRESS || '127.0.0.1:8001',
@@ -110,6 +121,9 @@ function parseCommandLine(argv, env) {
     rows: values.rows,
     numRows: positiveInt(values['num-rows'], '--num-rows'),
     token,
+    workingDir,
+    envVars: Object.fromEntries(namedPairs(values.env, '--env')),
+    logs: Boolean(values.logs),
     predictorToken: values['predictor-token'] || token,
     protos: values.protos,
   };
@@ -233,10 +247,17 @@ async function fitRequest(coordinator, opts) {
     emit({ event: 'uploaded', dataset: name, file, sha256: info.sha256, num_rows: info.num_rows, ref: info.ref });
     datasets[name] = info.ref;
   }
+  const runtimeEnv = { env_vars: opts.envVars };
+  if (opts.workingDir) {
+    const info = await tw.uploadPackage(coordinator, await tw.zipDirectory(opts.workingDir));
+    emit({ event: 'uploaded', working_dir: opts.workingDir, sha256: info.sha256, num_files: info.num_files });
+    runtimeEnv.working_dir = info.sha256;
+  }
+  const shipped = runtimeEnv.working_dir || Object.keys(opts.envVars).length;
   return {
     framework: 'xgboost',
     scaling_config: { num_workers: opts.workers },
-    run_config: { name: opts.name },
+    run_config: shipped ? { name: opts.name, runtime_env: runtimeEnv } : { name: opts.name },
     datasets,
     gbdt: {
       params: tw.toStruct(opts.params),
@@ -291,6 +312,14 @@ async function modelInfer(predictor, request, retryForS = 10) {
   }
 }
 
+/** Emits the workers' lines while the run goes on; ends once the run and its output have. */
+async function followLogs(coordinator, runId) {
+  for await (const line of tw.watchLogs(coordinator, runId, { follow: true })) {
+    const { world_rank: rank, attempt, stream, text } = line;
+    emit({ event: 'log', rank, attempt: attempt + 1, stream, text });
+  }
+}
+
 async function main(argv, env) {
   const opts = parseCommandLine(argv, env);
   if (opts.help) {
@@ -304,9 +333,11 @@ async function main(argv, env) {
   try {
     const started = await tw.unary(coordinator, 'Fit', await fitRequest(coordinator, opts));
     emit({ event: 'run_started', run_id: started.run_id, name: started.name, state: started.state });
+    const logs = opts.logs ? followLogs(coordinator, started.run_id) : Promise.resolve();
     for await (const event of tw.watchRun(coordinator, started.run_id)) {
       emit(eventLine(event));
     }
+    await logs;
     const run = await tw.unary(coordinator, 'GetRun', { run_id: started.run_id });
     emit({
       event: 'run_ended',

@@ -9,6 +9,7 @@ const path = require('node:path');
 
 const grpc = require('@grpc/grpc-js');
 const protoLoader = require('@grpc/proto-loader');
+const JSZip = require('jszip');
 
 const DEFAULT_PROTOS = path.resolve(__dirname, '..', '..', 'protos');
 const UPLOAD_CHUNK_BYTES = 1 << 20;
@@ -118,13 +119,56 @@ async function uploadDataset(coordinator, ipcBytes) {
   } catch (err) {
     if (err.code !== grpc.status.NOT_FOUND) throw err;
   }
+  return clientStream(coordinator, 'UploadDataset', sha256, ipcBytes);
+}
+
+// --- runtime environments ---------------------------------------------------------------
+const ZIP_DATE = new Date(Date.UTC(1980, 0, 1));
+const ALWAYS_EXCLUDED = new Set(['.git', 'node_modules', '__pycache__']);
+
+/** The files under `dir` (sorted relative paths), less version control and dependency folders. */
+function listFiles(dir, prefix = '') {
+  const out = [];
+  for (const entry of fs.readdirSync(path.join(dir, prefix), { withFileTypes: true })) {
+    if (ALWAYS_EXCLUDED.has(entry.name)) continue;
+    const rel = prefix ? `${prefix}/${entry.name}` : entry.name;
+    if (entry.isDirectory()) out.push(...listFiles(dir, rel));
+    else if (entry.isFile()) out.push(rel);
+  }
+  return out.sort();
+}
+
+/**
+ * A working_dir as the Python SDK packs it: a zip with fixed dates and sorted entries, so
+ * the same content gives the same bytes (and the coordinator stores it once).
+ */
+async function zipDirectory(dir) {
+  const zip = new JSZip();
+  for (const rel of listFiles(dir)) {
+    const mode = fs.statSync(path.join(dir, rel)).mode & 0o111 ? 0o100755 : 0o100644;
+    zip.file(rel, fs.readFileSync(path.join(dir, rel)), { date: ZIP_DATE, unixPermissions: mode });
+  }
+  return zip.generateAsync({ type: 'nodebuffer', compression: 'DEFLATE', platform: 'UNIX' });
+}
+
+/** Uploads a package (zip bytes) once, as uploadDataset does; resolves with its PackageInfo. */
+async function uploadPackage(coordinator, zipBytes) {
+  const sha256 = crypto.createHash('sha256').update(zipBytes).digest('hex');
+  try {
+    return await unary(coordinator, 'GetPackage', { sha256 });
+  } catch (err) {
+    if (err.code !== grpc.status.NOT_FOUND) throw err;
+  }
+  return clientStream(coordinator, 'UploadPackage', sha256, zipBytes);
+}
+
+/** A header-first upload: {header: {sha256, size_bytes}}, then 1 MiB chunks. */
+function clientStream(coordinator, method, sha256, bytes) {
   return new Promise((resolve, reject) => {
-    const call = coordinator.client.UploadDataset(coordinator.metadata(), (err, info) =>
-      err ? reject(err) : resolve(info),
-    );
-    call.write({ header: { sha256, size_bytes: ipcBytes.length } });
-    for (let offset = 0; offset < ipcBytes.length; offset += UPLOAD_CHUNK_BYTES) {
-      call.write({ chunk: ipcBytes.subarray(offset, offset + UPLOAD_CHUNK_BYTES) });
+    const call = coordinator.client[method](coordinator.metadata(), (err, info) => (err ? reject(err) : resolve(info)));
+    call.write({ header: { sha256, size_bytes: bytes.length } });
+    for (let offset = 0; offset < bytes.length; offset += UPLOAD_CHUNK_BYTES) {
+      call.write({ chunk: bytes.subarray(offset, offset + UPLOAD_CHUNK_BYTES) });
     }
     call.end();
   });
@@ -138,16 +182,37 @@ async function uploadDataset(coordinator, ipcBytes) {
  */
 async function* watchRun(coordinator, runId, { afterEventId = 0, reconnectForS = 60 } = {}) {
   let last = afterEventId;
+  const open = () => coordinator.client.WatchRun({ run_id: runId, after_event_id: last }, coordinator.metadata());
+  for await (const event of resuming(open, reconnectForS)) {
+    last = event.event_id;
+    yield event;
+  }
+}
+
+/**
+ * Yields the workers' output lines (LogLine: world_rank, attempt, stream, text, cursor); with
+ * `follow`, until the run has ended. Reconnects from the last line's cursor, as watchRun does.
+ */
+async function* watchLogs(coordinator, runId, { ranks = [], follow = true, after = '', reconnectForS = 60 } = {}) {
+  let cursor = after;
+  const open = () => coordinator.client.WatchLogs({ run_id: runId, ranks, follow, after: cursor }, coordinator.metadata());
+  for await (const line of resuming(open, reconnectForS)) {
+    cursor = line.cursor;
+    yield line;
+  }
+}
+
+/** Items of a server stream opened by `open` (which resumes), again while the server is UNAVAILABLE. */
+async function* resuming(open, reconnectForS) {
   let delayMs = 100;
   let giveUpAt = null;
   for (;;) {
-    const call = coordinator.client.WatchRun({ run_id: runId, after_event_id: last }, coordinator.metadata());
+    const call = open();
     try {
-      for await (const event of call) {
-        last = event.event_id;
+      for await (const item of call) {
         delayMs = 100;
         giveUpAt = null;
-        yield event;
+        yield item;
       }
       return;
     } catch (err) {
@@ -252,5 +317,8 @@ module.exports = {
   toStruct,
   unary,
   uploadDataset,
+  uploadPackage,
+  watchLogs,
   watchRun,
+  zipDirectory,
 };

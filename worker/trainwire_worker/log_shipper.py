@@ -19,7 +19,7 @@ import signal
 import sys
 import time
 
-from trainwire_core.run_logs import DONE_NAME, MAX_LINE_CHARS, chunk_name
+from trainwire_core.run_logs import CHUNK_NAME, DONE_NAME, MAX_LINE_CHARS, chunk_name
 from trainwire_core.storage import Store
 
 FLUSH_S = 0.3
@@ -32,7 +32,10 @@ class ChunkWriter:
 
     def __init__(self, store: Store, directory: str, max_bytes: int) -> None:
         self.store, self.directory, self.max_bytes = store, directory, max_bytes
-        self.seq = 0
+        # Chunks are never rewritten: a stream started again (the same rank and attempt on a
+        # new process) goes on after what is there.
+        existing = [int(m.group(1)) for n in store.list_dir(directory) if (m := CHUNK_NAME.match(n))]
+        self.seq = max(existing, default=0)
         self.kept: list[tuple[int, int]] = []  # (seq, bytes) of the chunks still stored
         self.records: list[bytes] = []
         self.size = 0

@@ -82,7 +82,7 @@ def train_xgboost(worker: TrainWorker, request: coordinator_pb2.FitRequest) -> N
             evals=evals,
             xgb_model=start_model,
             callbacks=[ReportCallback()],
-            verbose_eval=False,
+            verbose_eval=True,  # rank 0 prints each round, as Ray's XGBoostTrainer does
         )
 
 
