@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+import warnings
 import zipfile
 
 import grpc
@@ -367,7 +368,7 @@ def nothing_escapes_the_store(store, channel, tmp_path_factory):
     assert set(os.listdir(home)) - before <= {n for n in os.listdir(home) if n.startswith("state.db")}
     assert set(os.listdir(os.getcwd())) == cwd_before
     assert not os.path.exists(escape)
-    assert set(os.listdir(store.root)) <= {"runs", "names", "datasets"}
+    assert set(os.listdir(store.root)) <= {"runs", "names", "datasets", "packages"}
     for path in _tree(store.path("datasets")):
         parts = path.split(os.sep)
         assert len(parts[0]) == 64 and (len(parts) == 1 or parts[1] in ("data.parquet", "meta.json")), path
@@ -522,7 +523,8 @@ def test_dataset_uploads_and_lookups(stub, known_run, parts, sha):
 def package_uploads(draw):
     """Zip archives with hostile entries (traversals, links, bombs) or no zip at all, in header-first parts."""
     buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+    with warnings.catch_warnings(), zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        warnings.simplefilter("ignore")  # duplicate names are part of the test
         for name in draw(st.lists(st.one_of(nasty, st.sampled_from(["ok.py", "pkg/__init__.py"])), max_size=3)):
             info = zipfile.ZipInfo(name or "x")
             info.external_attr = draw(st.sampled_from([0, 0o100644, 0o120777, 0o040755, 0o020644])) << 16

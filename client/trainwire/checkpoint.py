@@ -6,6 +6,7 @@ import contextlib
 import json
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -33,6 +34,20 @@ def _ignore_derived(root: str) -> Callable[[str, list[str]], list[str]]:
         return [COMPILED_DIR] if os.path.samefile(directory, root) and COMPILED_DIR in names else []
 
     return ignore
+
+
+def _unwrap_parallel(value: Any) -> Any:
+    """A model wrapped by ``prepare_model`` (DDP, FSDP) as its inner module, and its state dict
+    without the ``module.`` prefix, as Ray 2.4's TorchCheckpoint stored them: the wrapper cannot
+    be unpickled outside its process group."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return value
+    if isinstance(value, torch.nn.Module) and hasattr(value, "module"):
+        return value.module
+    if isinstance(value, dict) and value and all(isinstance(k, str) and k.startswith("module.") for k in value):
+        return {k[len("module.") :]: v for k, v in value.items()}
+    return value
 
 
 class Checkpoint:
@@ -95,7 +110,7 @@ class Checkpoint:
 
         if not isinstance(data, dict):
             raise TypeError(f"Checkpoint.from_dict takes a dict, got {type(data).__name__}")
-        data = dict(data)
+        data = {key: _unwrap_parallel(value) for key, value in data.items()}
         preprocessor = data.pop(PREPROCESSOR_KEY, None)
 
         def write(path: str) -> None:

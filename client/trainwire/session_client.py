@@ -72,6 +72,14 @@ def _supervise(proc: subprocess.Popen, cmd: list[str]) -> None:
             _embedded = proc
 
 
+def _program_ray_address() -> str:
+    """The GCS address of a Ray this program has started or joined itself ("" if none)."""
+    ray = sys.modules.get("ray")
+    if ray is None or not ray.is_initialized():
+        return ""
+    return ray.get_runtime_context().gcs_address
+
+
 def _start_embedded(store: str | None, state: str | None, num_cpus: int | None) -> str:
     global _embedded
     from importlib.metadata import entry_points
@@ -88,6 +96,11 @@ def _start_embedded(store: str | None, state: str | None, num_cpus: int | None) 
         cmd += ["--state", state]
     if num_cpus:
         cmd += ["--ray-num-cpus", str(num_cpus)]
+    program_ray = _program_ray_address()
+    if program_ray:
+        # The program started Ray itself (ray.init() before its first fit, as Ray scripts do):
+        # the coordinator joins that one instead of starting a second Ray on the same cores.
+        cmd += ["--ray-address", program_ray]
     proc, address = _spawn_embedded([*cmd, "--port", "0"])
     _embedded = proc
     atexit.register(shutdown)

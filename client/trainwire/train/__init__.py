@@ -106,3 +106,31 @@ def get_experiment_name() -> str:
 def get_trial_dir() -> str:
     """A local directory for this worker's artifacts."""
     return get_context().get_trial_dir()
+
+
+# Ray's framework module paths, loaded when first named: ``import ray.train as train`` code
+# calls ``train.torch.prepare_model(...)`` on workers that never imported the submodule.
+_SUBMODULES = frozenset(
+    {
+        "base_trainer",
+        "batch_predictor",
+        "data_parallel_trainer",
+        "horovod",
+        "huggingface",
+        "lightgbm",
+        "predictor",
+        "rl",
+        "sklearn",
+        "tensorflow",
+        "torch",
+        "xgboost",
+    }
+)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _SUBMODULES:
+        import importlib
+
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
