@@ -85,6 +85,22 @@ class ScalingConfig:
     trainer_resources: dict[str, float] | None = None
     placement_strategy: str = "PACK"
 
+    @classmethod
+    def coerce(cls, value: object) -> ScalingConfig:
+        """This class's own, or one built from Ray's ``ray.air.config.ScalingConfig`` (the same fields)."""
+        if isinstance(value, cls):
+            return value
+        kind = type(value)
+        if kind.__name__ == "ScalingConfig" and kind.__module__.startswith("ray."):
+            return cls(
+                num_workers=value.num_workers or 1,
+                use_gpu=bool(value.use_gpu),
+                resources_per_worker=value.resources_per_worker,
+                trainer_resources=value.trainer_resources,
+                placement_strategy=value.placement_strategy,
+            )
+        raise InvalidArgumentError("scaling_config must be a ScalingConfig", field="scaling_config")
+
     def __post_init__(self) -> None:
         if isinstance(self.num_workers, list | tuple):
             bounds = tuple(self.num_workers)

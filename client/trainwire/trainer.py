@@ -95,14 +95,12 @@ class BaseTrainer:
         preprocessor: Any = None,
         metadata: dict[str, Any] | None = None,
     ) -> None:
-        self.scaling_config = scaling_config or ScalingConfig()
+        self.scaling_config = ScalingConfig.coerce(scaling_config or ScalingConfig())
         self.run_config = run_config or RunConfig()
         self.datasets = datasets or {}
         self.resume_from_checkpoint = resume_from_checkpoint
         self.preprocessor = preprocessor
         self.metadata = metadata or {}
-        if not isinstance(self.scaling_config, ScalingConfig):
-            raise InvalidArgumentError("scaling_config must be a ScalingConfig", field="scaling_config")
         if not isinstance(self.run_config, RunConfig):
             raise InvalidArgumentError("run_config must be a RunConfig", field="run_config")
 

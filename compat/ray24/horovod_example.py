@@ -9,7 +9,7 @@ import torch.nn.functional as F
 import torch.optim as optim
 import torch.utils.data.distributed
 from filelock import FileLock
-from torchvision import datasets, transforms
+from torch.utils.data import TensorDataset  # trainwire: local data (no torchvision download)
 
 import ray
 from trainwire.air import session  # trainwire: import
@@ -66,14 +66,7 @@ def setup(config):
     kwargs = {"num_workers": 1, "pin_memory": True} if use_cuda else {}
     data_dir = data_dir or "~/data"
     with FileLock(os.path.expanduser("~/.horovod_lock")):
-        train_dataset = datasets.MNIST(
-            data_dir,
-            train=True,
-            download=True,
-            transform=transforms.Compose(
-                [transforms.ToTensor(), transforms.Normalize((0.1307,), (0.3081,))]
-            ),
-        )
+        train_dataset = TensorDataset(torch.randn(1024, 1, 28, 28), torch.randint(0, 10, (1024,)))  # trainwire: local data of normalised MNIST's shape (1024 rows: size)
     # Horovod: use DistributedSampler to partition the training data.
     train_sampler = torch.utils.data.distributed.DistributedSampler(
         train_dataset, num_replicas=hvd.size(), rank=hvd.rank()

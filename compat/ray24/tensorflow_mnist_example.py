@@ -19,7 +19,7 @@ from trainwire.air.config import ScalingConfig  # trainwire: import
 
 def mnist_dataset(batch_size: int) -> tf.data.Dataset:
     with FileLock(os.path.expanduser("~/.mnist_lock")):
-        (x_train, y_train), _ = tf.keras.datasets.mnist.load_data()
+        x_train, y_train = np.random.randint(0, 256, (6000, 28, 28), dtype=np.uint8), np.random.randint(0, 10, 6000, dtype=np.uint8)  # trainwire: local data of MNIST's shape (6000 rows: size)
     # The `x` arrays are in uint8 and have values in the [0, 255] range.
     # You need to convert them to float32 with values in the [0, 1] range.
     x_train = x_train / np.float32(255)
@@ -50,7 +50,7 @@ def build_cnn_model() -> tf.keras.Model:
 def train_func(config: dict):
     per_worker_batch_size = config.get("batch_size", 64)
     epochs = config.get("epochs", 3)
-    steps_per_epoch = config.get("steps_per_epoch", 70)
+    steps_per_epoch = config.get("steps_per_epoch", 10)  # trainwire: size
 
     tf_config = json.loads(os.environ["TF_CONFIG"])
     num_workers = len(tf_config["cluster"]["worker"])

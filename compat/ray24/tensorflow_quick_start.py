@@ -9,7 +9,7 @@ import numpy as np
 import tensorflow as tf
 
 def mnist_dataset(batch_size):
-    (x_train, y_train), _ = tf.keras.datasets.mnist.load_data()
+    x_train, y_train = np.random.randint(0, 256, (6000, 28, 28), dtype=np.uint8), np.random.randint(0, 10, 6000, dtype=np.uint8)  # trainwire: local data of MNIST's shape (6000 rows: size)
     # The `x` arrays are in uint8 and have values in the [0, 255] range.
     # You need to convert them to float32 with values in the [0, 1] range.
     x_train = x_train / np.float32(255)
@@ -40,7 +40,7 @@ def train_func():
     batch_size = 64
     single_worker_dataset = mnist_dataset(batch_size)
     single_worker_model = build_and_compile_cnn_model()
-    single_worker_model.fit(single_worker_dataset, epochs=3, steps_per_epoch=70)
+    single_worker_model.fit(single_worker_dataset, epochs=3, steps_per_epoch=10)  # trainwire: size
 # __tf_single_end__
 
 # __tf_distributed_begin__
@@ -62,7 +62,7 @@ def train_func_distributed():
         # Model building/compiling need to be within `strategy.scope()`.
         multi_worker_model = build_and_compile_cnn_model()
 
-    multi_worker_model.fit(multi_worker_dataset, epochs=3, steps_per_epoch=70)
+    multi_worker_model.fit(multi_worker_dataset, epochs=3, steps_per_epoch=10)  # trainwire: size
 # __tf_distributed_end__
 
 if __name__ == "__main__":
@@ -77,7 +77,7 @@ if __name__ == "__main__":
     # For GPU Training, set `use_gpu` to True.
     use_gpu = False
 
-    trainer = TensorflowTrainer(train_func_distributed, scaling_config=ScalingConfig(num_workers=4, use_gpu=use_gpu))
+    trainer = TensorflowTrainer(train_func_distributed, scaling_config=ScalingConfig(num_workers=2, use_gpu=use_gpu))  # trainwire: size (2 cores)
 
     trainer.fit()
     # __tf_trainer_end__

@@ -7,28 +7,17 @@ from trainwire.air import session  # trainwire: import
 import torch
 from torch import nn
 from torch.utils.data import DataLoader
-from torchvision import datasets
-from torchvision.transforms import ToTensor
+from torch.utils.data import TensorDataset  # trainwire: local data (no torchvision download)
 
 import trainwire.train as train  # trainwire: import
 from trainwire.train.torch import TorchTrainer  # trainwire: import
 from trainwire.air.config import ScalingConfig  # trainwire: import
 
 # Download training data from open datasets.
-training_data = datasets.FashionMNIST(
-    root="~/data",
-    train=True,
-    download=True,
-    transform=ToTensor(),
-)
+training_data = TensorDataset(torch.rand(2048, 1, 28, 28), torch.randint(0, 10, (2048,)))  # trainwire: local data of FashionMNIST's shape (2048 rows: size)
 
 # Download test data from open datasets.
-test_data = datasets.FashionMNIST(
-    root="~/data",
-    train=False,
-    download=True,
-    transform=ToTensor(),
-)
+test_data = TensorDataset(torch.rand(512, 1, 28, 28), torch.randint(0, 10, (512,)))  # trainwire: local data of FashionMNIST's shape (512 rows: size)
 
 
 # Define model
