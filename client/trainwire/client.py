@@ -117,13 +117,14 @@ class CoordinatorClient:
         """
         cursor = after
 
-        def call() -> Iterator[coordinator_pb2.LogLine]:
+        def call() -> Iterator[coordinator_pb2.LogLines]:
             request = coordinator_pb2.WatchLogsRequest(run_id=run_id, ranks=ranks or [], follow=follow, after=cursor)
             return self.stub.WatchLogs(request, metadata=self._metadata)
 
-        for line in self._resuming(call, reconnect_for_s):
-            cursor = line.cursor
-            yield line
+        for batch in self._resuming(call, reconnect_for_s):
+            for line in batch.lines:
+                cursor = line.cursor
+                yield line
 
     @staticmethod
     def _resuming(call: Callable[[], Iterator[Any]], reconnect_for_s: float) -> Iterator[Any]:
@@ -146,38 +147,28 @@ class CoordinatorClient:
 
     def upload_table(self, table: pa.Table) -> coordinator_pb2.DatasetInfo:
         """Uploads an Arrow table once: the same content is never sent twice."""
-        data = table_to_ipc(table)
-        sha = hashlib.sha256(data).hexdigest()
-        try:
-            return self._call("GetDataset", coordinator_pb2.GetDatasetRequest(sha256=sha))
-        except NotFoundError:
-            pass
-
-        def parts() -> Iterator[coordinator_pb2.UploadDatasetRequest]:
-            yield coordinator_pb2.UploadDatasetRequest(
-                header=coordinator_pb2.UploadDatasetHeader(sha256=sha, size_bytes=len(data))
-            )
-            for offset in range(0, len(data), UPLOAD_CHUNK_BYTES):
-                yield coordinator_pb2.UploadDatasetRequest(chunk=data[offset : offset + UPLOAD_CHUNK_BYTES])
-
-        return self._call("UploadDataset", parts())
+        return self._upload_once("Dataset", table_to_ipc(table))
 
     def upload_package(self, data: bytes) -> coordinator_pb2.PackageInfo:
         """Uploads a runtime-environment package (a zip) once: the same content is never sent twice."""
+        return self._upload_once("Package", data)
+
+    def _upload_once(self, kind: str, data: bytes) -> Any:
+        """``Get<kind>`` by content hash, then ``Upload<kind>`` (header, chunks) only if it is missing."""
         sha = hashlib.sha256(data).hexdigest()
+        request_cls = getattr(coordinator_pb2, f"Upload{kind}Request")
         try:
-            return self._call("GetPackage", coordinator_pb2.GetPackageRequest(sha256=sha))
+            return self._call(f"Get{kind}", getattr(coordinator_pb2, f"Get{kind}Request")(sha256=sha))
         except NotFoundError:
             pass
 
-        def parts() -> Iterator[coordinator_pb2.UploadPackageRequest]:
-            yield coordinator_pb2.UploadPackageRequest(
-                header=coordinator_pb2.UploadPackageHeader(sha256=sha, size_bytes=len(data))
-            )
+        def parts() -> Iterator[Any]:
+            header = getattr(coordinator_pb2, f"Upload{kind}Header")(sha256=sha, size_bytes=len(data))
+            yield request_cls(header=header)
             for offset in range(0, len(data), UPLOAD_CHUNK_BYTES):
-                yield coordinator_pb2.UploadPackageRequest(chunk=data[offset : offset + UPLOAD_CHUNK_BYTES])
+                yield request_cls(chunk=data[offset : offset + UPLOAD_CHUNK_BYTES])
 
-        return self._call("UploadPackage", parts())
+        return self._call(f"Upload{kind}", parts())
 
     def upload_checkpoint(
         self, directory: str | os.PathLike, run_name: str, metrics: dict | None = None

@@ -196,9 +196,11 @@ async function* watchRun(coordinator, runId, { afterEventId = 0, reconnectForS =
 async function* watchLogs(coordinator, runId, { ranks = [], follow = true, after = '', reconnectForS = 60 } = {}) {
   let cursor = after;
   const open = () => coordinator.client.WatchLogs({ run_id: runId, ranks, follow, after: cursor }, coordinator.metadata());
-  for await (const line of resuming(open, reconnectForS)) {
-    cursor = line.cursor;
-    yield line;
+  for await (const batch of resuming(open, reconnectForS)) {
+    for (const line of batch.lines) {
+      cursor = line.cursor;
+      yield line;
+    }
   }
 }
 

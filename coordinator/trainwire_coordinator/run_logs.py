@@ -103,17 +103,22 @@ class LogReader:
         return out
 
 
+# Lines per streamed message: one message per line would cap a stream at a few thousand lines/s.
+BATCH_LINES = 1000
+
+
 async def watch_logs(
     reader: LogReader, follow: bool, has_ended: Callable[[], bool], poll_s: float = 0.3
-) -> AsyncIterator[coordinator_pb2.LogLine]:
+) -> AsyncIterator[coordinator_pb2.LogLines]:
     """Streams what the reader finds; with ``follow``, until the run has ended and its streams are done."""
     ended_at: float | None = None
     loop = asyncio.get_running_loop()
     while True:
         ended = follow and await asyncio.to_thread(has_ended)
         done = ended and await asyncio.to_thread(reader.all_done)
-        for line in await asyncio.to_thread(reader.read_new):
-            yield line
+        lines = await asyncio.to_thread(reader.read_new)
+        for start in range(0, len(lines), BATCH_LINES):
+            yield coordinator_pb2.LogLines(lines=lines[start : start + BATCH_LINES])
         if not follow or done:
             return
         if ended:

@@ -437,7 +437,7 @@ class RunManager:
         async for event in self.events.watch(run_id, request.after_event_id, has_ended, live):
             yield event
 
-    async def watch_logs(self, request: coordinator_pb2.WatchLogsRequest) -> AsyncIterator[coordinator_pb2.LogLine]:
+    async def watch_logs(self, request: coordinator_pb2.WatchLogsRequest) -> AsyncIterator[coordinator_pb2.LogLines]:
         run = await asyncio.to_thread(self.get_run, request.run_id)
         store = await asyncio.to_thread(self._run_store, run.request.run_config.storage_path)
         reader = LogReader(store, store.run_dir(run.run_id), list(request.ranks), request.after)
@@ -445,8 +445,8 @@ class RunManager:
         def has_ended() -> bool:
             return self.get_run(run.run_id).state in TERMINAL
 
-        async for line in watch_logs(reader, request.follow, has_ended):
-            yield line
+        async for batch in watch_logs(reader, request.follow, has_ended):
+            yield batch
 
     async def cancel(self, run_id: str) -> coordinator_pb2.Run:
         run = await asyncio.to_thread(self.get_run, run_id)

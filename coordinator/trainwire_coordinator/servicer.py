@@ -55,9 +55,9 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
             yield chunk
 
     @handle_errors
-    async def WatchLogs(self, request, context) -> AsyncIterator[coordinator_pb2.LogLine]:  # type: ignore[no-untyped-def]
-        async for line in self.runs.watch_logs(request):
-            yield line
+    async def WatchLogs(self, request, context) -> AsyncIterator[coordinator_pb2.LogLines]:  # type: ignore[no-untyped-def]
+        async for batch in self.runs.watch_logs(request):
+            yield batch
 
     @handle_errors
     async def GetPackage(self, request, context):  # type: ignore[no-untyped-def]

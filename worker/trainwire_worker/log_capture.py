@@ -41,11 +41,10 @@ class LogCapture:
         err_r, err_w = os.pipe()
         self.saved = (os.dup(1), os.dup(2))
         spec = {**self.spec, "stdout_fd": out_r, "stderr_fd": err_r}
-        spec.update(tee_stdout_fd=self.saved[0], tee_stderr_fd=self.saved[1])
         # A session of its own: it outlives this process, to ship what a crash left in the pipes.
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "trainwire_worker.log_shipper", json.dumps(spec)],
-            pass_fds=(out_r, err_r, *self.saved),
+            pass_fds=(out_r, err_r),
             stdin=subprocess.DEVNULL,
             start_new_session=True,
         )

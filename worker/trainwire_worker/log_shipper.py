@@ -4,8 +4,9 @@ The worker points its file descriptors 1 and 2 at two pipes read here. Because t
 another process, a line the loop wrote before it was SIGKILLed or crashed is still in the
 pipe: it is read at end of file and written with the rest. Lines go to the store in
 numbered chunks (``trainwire_core.run_logs``), at most ``FLUSH_S`` apart, and a ``done``
-file ends the stream. Every byte is also copied to the descriptors the worker had before
-(Ray's worker log files), so Ray's own logs keep it.
+file ends the stream. The lines are not copied to Ray's worker log files: Ray's log monitor
+would read each again and send it to the coordinator's console, which costs the training
+loop's host CPU for output nobody reads there.
 
 Run as ``python -m trainwire_worker.log_shipper SPEC_JSON``.
 """
@@ -67,7 +68,6 @@ def ship(spec: dict) -> None:
     store = Store(spec["store_uri"])
     writer = ChunkWriter(store, spec["directory"], int(spec["max_bytes"]))
     streams = {spec["stdout_fd"]: "stdout", spec["stderr_fd"]: "stderr"}
-    tees = {spec["stdout_fd"]: spec.get("tee_stdout_fd", -1), spec["stderr_fd"]: spec.get("tee_stderr_fd", -1)}
     partial = {fd: b"" for fd in streams}
     selector = selectors.DefaultSelector()
     for fd in streams:
@@ -81,11 +81,6 @@ def ship(spec: dict) -> None:
     signal.signal(signal.SIGTERM, stop)
 
     def take(fd: int, data: bytes, now: float) -> None:
-        if tees[fd] >= 0:
-            try:
-                os.write(tees[fd], data)
-            except OSError:
-                tees[fd] = -1
         buf = partial[fd] + data
         *lines, partial[fd] = buf.split(b"\n")
         for line in lines:

@@ -372,6 +372,12 @@ class WatchLogsRequest(_message.Message):
     after: str
     def __init__(self, run_id: _Optional[str] = ..., ranks: _Optional[_Iterable[int]] = ..., follow: _Optional[bool] = ..., after: _Optional[str] = ...) -> None: ...
 
+class LogLines(_message.Message):
+    __slots__ = ("lines",)
+    LINES_FIELD_NUMBER: _ClassVar[int]
+    lines: _containers.RepeatedCompositeFieldContainer[LogLine]
+    def __init__(self, lines: _Optional[_Iterable[_Union[LogLine, _Mapping]]] = ...) -> None: ...
+
 class LogLine(_message.Message):
     __slots__ = ("world_rank", "attempt", "time", "stream", "text", "cursor")
     WORLD_RANK_FIELD_NUMBER: _ClassVar[int]

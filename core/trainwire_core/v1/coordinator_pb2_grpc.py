@@ -94,7 +94,7 @@ class CoordinatorStub:
         self.WatchLogs = channel.unary_stream(
                 '/trainwire.v1.Coordinator/WatchLogs',
                 request_serializer=trainwire_dot_v1_dot_coordinator__pb2.WatchLogsRequest.SerializeToString,
-                response_deserializer=trainwire_dot_v1_dot_coordinator__pb2.LogLine.FromString,
+                response_deserializer=trainwire_dot_v1_dot_coordinator__pb2.LogLines.FromString,
                 _registered_method=True)
 
 
@@ -177,8 +177,8 @@ class CoordinatorServicer:
         raise NotImplementedError('Method not implemented!')
 
     def WatchLogs(self, request, context):
-        """Streams the workers' output (stdout, stderr, logging) after `after`; with `follow`,
-        goes on until the run has ended and every line has been sent.
+        """Streams the workers' output (stdout, stderr, logging) after `after`, in batches of
+        lines; with `follow`, goes on until the run has ended and every line has been sent.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -245,7 +245,7 @@ def add_CoordinatorServicer_to_server(servicer, server):
             'WatchLogs': grpc.unary_stream_rpc_method_handler(
                     servicer.WatchLogs,
                     request_deserializer=trainwire_dot_v1_dot_coordinator__pb2.WatchLogsRequest.FromString,
-                    response_serializer=trainwire_dot_v1_dot_coordinator__pb2.LogLine.SerializeToString,
+                    response_serializer=trainwire_dot_v1_dot_coordinator__pb2.LogLines.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -572,7 +572,7 @@ class Coordinator:
             target,
             '/trainwire.v1.Coordinator/WatchLogs',
             trainwire_dot_v1_dot_coordinator__pb2.WatchLogsRequest.SerializeToString,
-            trainwire_dot_v1_dot_coordinator__pb2.LogLine.FromString,
+            trainwire_dot_v1_dot_coordinator__pb2.LogLines.FromString,
             options,
             channel_credentials,
             insecure,
