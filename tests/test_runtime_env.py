@@ -237,6 +237,20 @@ def test_local_modules_travel_without_a_runtime_env(coordinator_address, tmp_pat
     assert "shipping local module(s) mypkg" in stderr
 
 
+def test_modules_imported_inside_the_loop_are_found(tmp_path, monkeypatch):
+    (tmp_path / "localpkg").mkdir()
+    (tmp_path / "localpkg" / "__init__.py").write_text("")
+    (tmp_path / "localpkg" / "model.py").write_text("WIDTH = 8\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import localpkg.model  # noqa: F401 - as the caller's program has it imported
+
+    def loop() -> int:
+
+        return localpkg.model.WIDTH
+
+    assert runtime_env.local_modules([loop]) == {"localpkg": str(tmp_path / "localpkg")}
+
+
 def test_a_failing_pip_install_fails_the_run_with_pips_error(coordinator_address, tmp_path):
     project = tmp_path / "project"
     _project(project, "runtime-env-bad-pip", f'{{"pip": [{str(tmp_path / "missing-0.1-py3-none-any.whl")!r}]}}')

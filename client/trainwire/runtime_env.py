@@ -200,6 +200,8 @@ def _referenced_modules(obj: Any, seen: set[int], out: set[str]) -> None:
         for name in names:
             if name in obj.__globals__:
                 _referenced_modules(obj.__globals__[name], seen, out)
+            elif name in sys.modules:
+                out.add(name)  # imported inside the function (``import mypkg.model`` names "mypkg.model")
         for cell in obj.__closure__ or ():
             with contextlib.suppress(ValueError):  # an empty cell
                 _referenced_modules(cell.cell_contents, seen, out)
