@@ -159,7 +159,8 @@ def _module_files(entry: Any, excludes: list[str]) -> tuple[str, list[tuple[str,
 
 
 # --- local modules ---------------------------------------------------------------------
-def _installed(path: str) -> bool:
+def is_installed_path(path: str) -> bool:
+    """True for files of the standard library or site-packages (which the workers have too)."""
     roots = {sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")}
     return any(path.startswith(os.path.join(r, "")) for r in roots) or "site-packages" in Path(path).parts
 
@@ -172,7 +173,7 @@ def _module_path(name: str) -> str | None:
     module = sys.modules.get(top)
     paths = list(getattr(module, "__path__", []))
     where = paths[0] if paths else getattr(module, "__file__", None)
-    if not where or _installed(where) or not os.path.exists(where):
+    if not where or is_installed_path(where) or not os.path.exists(where):
         return None
     return where
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import inspect
 import sys
-import sysconfig
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -33,8 +32,7 @@ def _installed(module_name: str) -> bool:
     """True for modules of the standard library or site-packages (importable on workers)."""
     module = sys.modules.get(module_name)
     path = getattr(module, "__file__", None) or ""
-    roots = {sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")}
-    return module is None or not path or any(path.startswith(r) for r in roots)
+    return module is None or not path or runtime_env.is_installed_path(path)
 
 
 def pickle_by_value(obj: Any) -> bytes:

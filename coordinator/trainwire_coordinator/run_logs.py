@@ -13,12 +13,13 @@ from collections.abc import AsyncIterator, Callable
 
 from google.protobuf import timestamp_pb2
 
-from trainwire_core.errors import InvalidArgumentError
+from trainwire_core.errors import InvalidArgumentError, NotFoundError
 from trainwire_core.run_logs import (
     CHUNK_NAME,
     DONE_NAME,
     LOGS_DIR,
     Position,
+    chunk_name,
     decode_cursor,
     encode_cursor,
     parse_attempt_dir,
@@ -77,9 +78,9 @@ class LogReader:
                 if seq < at.seq:
                     continue
                 try:
-                    data = self.store.read_bytes(f"{directory}/{seq:08d}.jsonl")
-                except Exception:  # noqa: BLE001 - rotated away between listing and reading
-                    continue
+                    data = self.store.read_bytes(f"{directory}/{chunk_name(seq)}")
+                except NotFoundError:
+                    continue  # rotated away between listing and reading
                 for index, raw in enumerate(data.splitlines()):
                     if seq == at.seq and index <= at.line:
                         continue

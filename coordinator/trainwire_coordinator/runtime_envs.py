@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 import re
 from collections.abc import AsyncIterator
@@ -65,8 +66,6 @@ class PackageService:
     async def upload(
         self, requests: AsyncIterator[coordinator_pb2.UploadPackageRequest]
     ) -> coordinator_pb2.PackageInfo:
-        import asyncio
-
         header, data = await read_hashed_upload(requests, self.max_package_bytes)
         return await asyncio.to_thread(self.store_package, header.sha256, data)
 
