@@ -51,6 +51,10 @@ class LogReader:
             raise InvalidArgumentError(f"after is not a cursor of this run's logs: {exc}", field="after") from exc
         self.store, self.ranks = store, set(ranks)
         self.logs_dir = f"{run_dir}/{LOGS_DIR}"
+        # Chunks never change: the last one read to its end per stream, and the streams whose
+        # ``done`` file was seen with every chunk read, are not read or listed again.
+        self._read_through: dict[tuple[int, int], int] = {}
+        self._finished: set[tuple[int, int]] = set()
 
     def streams(self) -> list[tuple[int, int, str]]:
         """(rank, attempt, directory) of every stream written so far, by attempt then rank."""
@@ -66,16 +70,23 @@ class LogReader:
         return [(rank, attempt, d) for attempt, rank, d in sorted(found)]
 
     def all_done(self) -> bool:
-        return all(self.store.exists(f"{d}/{DONE_NAME}") for _, _, d in self.streams())
+        """Whether every stream has ended and ``read_new`` has returned all of it."""
+        return all((rank, attempt) in self._finished for rank, attempt, _ in self.streams())
 
     def read_new(self) -> list[coordinator_pb2.LogLine]:
         """Every line written since the cursor, each with the cursor that resumes after it."""
         out = []
         for rank, attempt, directory in self.streams():
-            chunks = sorted(int(m.group(1)) for n in self.store.list_dir(directory) if (m := CHUNK_NAME.match(n)))
-            at = self.positions.get((rank, attempt), Position(0, -1))
+            key = (rank, attempt)
+            if key in self._finished:
+                continue
+            names = self.store.list_dir(directory)
+            # The shipper writes ``done`` after its last chunk: seen in this listing, every chunk is in it.
+            ended = DONE_NAME in names
+            chunks = sorted(int(m.group(1)) for n in names if (m := CHUNK_NAME.match(n)))
+            at = self.positions.get(key, Position(0, -1))
             for seq in chunks:
-                if seq < at.seq:
+                if seq < at.seq or seq <= self._read_through.get(key, 0):
                     continue
                 try:
                     data = self.store.read_bytes(f"{directory}/{chunk_name(seq)}")
@@ -88,7 +99,7 @@ class LogReader:
                         record = json.loads(raw)
                     except ValueError:
                         continue
-                    self.positions[(rank, attempt)] = Position(seq, index)
+                    self.positions[key] = Position(seq, index)
                     when = timestamp_pb2.Timestamp()
                     when.FromNanoseconds(int(float(record.get("t", 0)) * 1e9))
                     out.append(
@@ -101,6 +112,9 @@ class LogReader:
                             cursor=encode_cursor(self.positions),
                         )
                     )
+                self._read_through[key] = seq
+            if ended:
+                self._finished.add(key)
         return out
 
 
@@ -115,12 +129,12 @@ async def watch_logs(
     ended_at: float | None = None
     loop = asyncio.get_running_loop()
     while True:
+        # The run's end is read before the lines: a line written before it is not missed.
         ended = follow and await asyncio.to_thread(has_ended)
-        done = ended and await asyncio.to_thread(reader.all_done)
         lines = await asyncio.to_thread(reader.read_new)
         for start in range(0, len(lines), BATCH_LINES):
             yield coordinator_pb2.LogLines(lines=lines[start : start + BATCH_LINES])
-        if not follow or done:
+        if not follow or (ended and await asyncio.to_thread(reader.all_done)):
             return
         if ended:
             ended_at = ended_at or loop.time()

@@ -7,6 +7,8 @@ import io
 import re
 from collections.abc import AsyncIterator
 
+from google.protobuf import json_format
+
 from trainwire_coordinator.uploads import SHA256, read_hashed_upload
 from trainwire_core.errors import InvalidArgumentError, NotFoundError, PermissionDeniedError
 from trainwire_core.packages import MAX_PACKAGE_BYTES, check_package, open_package, package_name
@@ -38,30 +40,32 @@ class PackageService:
     def _path(self, sha256: str) -> str:
         return self.store.path(package_name(sha256))
 
+    def _info_path(self, sha256: str) -> str:
+        # What the archive holds, written after it: its presence means the package is complete,
+        # and GetPackage (asked before every fit) reads it instead of the archive.
+        return self.store.path(package_name(sha256)).removesuffix(".zip") + ".json"
+
     def exists(self, sha256: str) -> bool:
-        return bool(SHA256.match(sha256)) and self.store.exists(self._path(sha256))
+        return bool(SHA256.match(sha256)) and self.store.exists(self._info_path(sha256))
 
     def get(self, sha256: str) -> coordinator_pb2.PackageInfo:
         if not SHA256.match(sha256):
             raise InvalidArgumentError("sha256 must be 64 lowercase hex digits", field="sha256")
-        if not self.store.exists(self._path(sha256)):
+        if not self.store.exists(self._info_path(sha256)):
             raise NotFoundError(f"no package with sha256 {sha256}")
-        data = self.store.read_bytes(self._path(sha256))
-        with open_package(io.BytesIO(data)) as archive:
-            summary = check_package(archive)
-        return self._info(sha256, len(data), summary.num_files, summary.unpacked_bytes)
-
-    @staticmethod
-    def _info(sha256: str, size: int, files: int, unpacked: int) -> coordinator_pb2.PackageInfo:
-        return coordinator_pb2.PackageInfo(sha256=sha256, size_bytes=size, num_files=files, unpacked_bytes=unpacked)
+        return json_format.ParseDict(self.store.read_json(self._info_path(sha256)), coordinator_pb2.PackageInfo())
 
     def store_package(self, sha256: str, data: bytes) -> coordinator_pb2.PackageInfo:
-        """Checks every entry, then writes the archive (unless the same content is stored)."""
+        """Checks every entry, then writes the archive and what it holds (unless the same content is stored)."""
         with open_package(io.BytesIO(data)) as archive:
             summary = check_package(archive)
-        if not self.store.exists(self._path(sha256)):
+        info = coordinator_pb2.PackageInfo(
+            sha256=sha256, size_bytes=len(data), num_files=summary.num_files, unpacked_bytes=summary.unpacked_bytes
+        )
+        if not self.exists(sha256):
             self.store.write_bytes(self._path(sha256), data)
-        return self._info(sha256, len(data), summary.num_files, summary.unpacked_bytes)
+            self.store.write_json(self._info_path(sha256), json_format.MessageToDict(info))
+        return info
 
     async def upload(
         self, requests: AsyncIterator[coordinator_pb2.UploadPackageRequest]
