@@ -18,7 +18,7 @@ use_gpu = False
 input_size = 1
 layer_size = 32
 output_size = 1
-num_epochs = 60  # trainwire: size (200 epochs of Ray Data iteration take 5 min on 2 cores)
+num_epochs = 200
 num_workers = 2  # trainwire: size (2 cores)
 
 # Define your network structure
