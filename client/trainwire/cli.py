@@ -67,6 +67,17 @@ def _runs_cancel(args: argparse.Namespace) -> None:
     print(f"{run.run_id} {common_pb2.RunState.Name(run.state)}")
 
 
+def _runs_plot(args: argparse.Namespace) -> None:
+    from trainwire.plotting import fetch_history, plot_histories
+
+    client = _client(args)
+    histories = [fetch_history(client, run) for run in args.runs]
+    try:
+        print(plot_histories(histories, args.output, args.metric or None, args.x))
+    except ValueError as err:
+        raise SystemExit(f"error: {err}") from None
+
+
 def _checkpoints_download(args: argparse.Namespace) -> None:
     print(_client(args).download_checkpoint(args.checkpoint, args.directory))
 
@@ -145,6 +156,13 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--rank", type=int, action="append", default=[], help="only this rank (repeatable)")
             p.add_argument("--after", default="", help="start after this cursor (LogLine.cursor)")
         p.set_defaults(fn=fn)
+
+    p = runs.add_parser("plot", help="draw runs' metric curves into a PNG (needs matplotlib: trainwire[plot])")
+    p.add_argument("runs", nargs="+", metavar="RUN", help="run ids or names; their curves are overlaid")
+    p.add_argument("--metric", action="append", default=[], help="a metric to draw (repeatable; default: all)")
+    p.add_argument("--x", choices=["training_iteration", "time"], default="training_iteration", help="x axis")
+    p.add_argument("-o", "--output", default="curves.png", help="the PNG to write (default: curves.png)")
+    p.set_defaults(fn=_runs_plot)
 
     p = sub.add_parser("health", help="gRPC health check of a server: exit 0 when SERVING")
     p.add_argument("target", metavar="ADDRESS", help="host:port of a coordinator or predictor")

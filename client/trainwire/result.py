@@ -53,6 +53,22 @@ class Result:
     name: str = ""
     state: str = ""
 
+    def plot(self, path: str, metrics: list[str] | None = None) -> str:
+        """Writes a PNG of this run's metric curves against the training iteration (needs matplotlib).
+
+        Args:
+            path: Where the PNG goes.
+            metrics: The metrics to draw (default: every numeric one).
+
+        Returns:
+            The path written.
+        """
+        from trainwire.plotting import RunHistory, plot_histories
+
+        # Row i is report i + 1 (a metric missing from a report is NaN there, and skipped).
+        rows = [(i + 1, 0.0, row) for i, row in enumerate(self.metrics_dataframe.to_dict("records"))]
+        return plot_histories([RunHistory(self.name or self.run_id, rows)], path, metrics)
+
     @classmethod
     def from_run(
         cls,
