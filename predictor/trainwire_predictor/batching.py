@@ -28,8 +28,8 @@ from typing import Any
 import numpy as np
 
 from trainwire_core.errors import InvalidArgumentError, TrainwireError
-from trainwire_core.inference import grpc_service_pb2 as pb
-from trainwire_predictor.codec import decode_inputs, encode_response, to_batch
+from trainwire_predictor.codec import select_outputs, to_batch
+from trainwire_predictor.inference import InferenceRequest, InferenceResponse, decode_inputs
 from trainwire_predictor.model_repository import LoadedModel
 from trainwire_predictor.statistics import Recorder, Timing, now_ns
 
@@ -39,7 +39,7 @@ SCORING_ERRORS = (ValueError, TypeError, KeyError, IndexError, RuntimeError)
 Batch = dict[str, np.ndarray] | np.ndarray
 
 
-def score(request: pb.ModelInferRequest, model: LoadedModel, batch: Batch) -> dict[str, np.ndarray]:
+def score(request: InferenceRequest, model: LoadedModel, batch: Batch) -> dict[str, np.ndarray]:
     """Runs the model's Predictor on one decoded batch; input it cannot score is INVALID_ARGUMENT."""
     try:
         return model.predictor.predict_columns(batch)
@@ -52,19 +52,18 @@ def score(request: pb.ModelInferRequest, model: LoadedModel, batch: Batch) -> di
 
 
 def infer_sync(
-    request: pb.ModelInferRequest,
+    request: InferenceRequest,
     model: LoadedModel,
     timing: Timing | None = None,
     recorder: Recorder | None = None,
-) -> pb.ModelInferResponse:
-    """Decodes, scores and encodes one request (on a worker thread)."""
+) -> InferenceResponse:
+    """Decodes, scores and picks the outputs of one request (on a worker thread)."""
     t0 = now_ns()
-    arrays, raw = decode_inputs(request)
-    batch = to_batch(arrays, model)
+    batch = to_batch(decode_inputs(request), model)
     t1 = now_ns()
     out = score(request, model, batch)
     t2 = now_ns()
-    response = encode_response(request, model, out, raw)
+    response = select_outputs(request, model, out)
     t3 = now_ns()
     if timing is not None:
         timing.queue_ns = t0 - timing.enqueued_ns
@@ -92,12 +91,10 @@ def _concat(batches: list[Batch]) -> Batch:
 
 
 class _Item:
-    __slots__ = ("request", "batch", "raw", "future", "timing")
+    __slots__ = ("request", "batch", "future", "timing")
 
-    def __init__(
-        self, request: pb.ModelInferRequest, batch: Batch, raw: bool, future: asyncio.Future, timing: Timing
-    ) -> None:
-        self.request, self.batch, self.raw, self.future, self.timing = request, batch, raw, future, timing
+    def __init__(self, request: InferenceRequest, batch: Batch, future: asyncio.Future, timing: Timing) -> None:
+        self.request, self.batch, self.future, self.timing = request, batch, future, timing
 
 
 class Batcher:
@@ -128,8 +125,8 @@ class Batcher:
         self._inflight: collections.Counter[Any] = collections.Counter()
 
     async def infer(
-        self, request: pb.ModelInferRequest, model: LoadedModel, timing: Timing | None = None
-    ) -> pb.ModelInferResponse:
+        self, request: InferenceRequest, model: LoadedModel, timing: Timing | None = None
+    ) -> InferenceResponse:
         """Scores one request; ``timing`` (when given) gets where its time went."""
         loop = asyncio.get_running_loop()
         timing = timing if timing is not None else Timing()
@@ -138,13 +135,12 @@ class Batcher:
             return await loop.run_in_executor(self.executor, infer_sync, request, model, timing, self.recorder)
         # Decoding raw tensors is cheap (frombuffer); a bad request fails here, alone.
         t0 = now_ns()
-        arrays, raw = decode_inputs(request)
-        batch = to_batch(arrays, model)
+        batch = to_batch(decode_inputs(request), model)
         timing.enqueued_ns = now_ns()
         timing.input_ns = timing.enqueued_ns - t0
         timing.rows = _rows(batch)
         key = (model.ref.key, _signature(batch))
-        item = _Item(request, batch, raw, loop.create_future(), timing)
+        item = _Item(request, batch, loop.create_future(), timing)
         self._queues[key].append(item)
         if self._inflight[key] < self.max_inflight:
             if self._inline(model, timing.rows):
@@ -221,7 +217,7 @@ class Batcher:
     @staticmethod
     def _score_items(
         model: LoadedModel, items: list[_Item], total: int, recorder: Recorder | None = None
-    ) -> list[pb.ModelInferResponse | BaseException]:
+    ) -> list[InferenceResponse | BaseException]:
         """One model call for all items (``total`` rows); if it fails, each alone, so only the bad one errs."""
         started = now_ns()
         for item in items:
@@ -233,14 +229,14 @@ class Batcher:
                 out = model.predictor.predict_columns(batch)
                 t1 = now_ns()
                 if all(len(v) == total for v in out.values()):
-                    results: list[pb.ModelInferResponse | BaseException] = []
+                    results: list[InferenceResponse | BaseException] = []
                     start = 0
                     for item in items:
                         end = start + _rows(item.batch)
                         e0 = now_ns()
                         try:
                             part = {name: arr[start:end] for name, arr in out.items()}
-                            results.append(encode_response(item.request, model, part, item.raw))
+                            results.append(select_outputs(item.request, model, part))
                         except Exception as exc:  # noqa: BLE001 - answered to its own caller
                             results.append(exc)
                         # Each batched request waited for the whole call, as in Triton's statistics.
@@ -258,7 +254,7 @@ class Batcher:
                 t0 = now_ns()
                 part = score(item.request, model, item.batch)
                 t1 = now_ns()
-                results.append(encode_response(item.request, model, part, item.raw))
+                results.append(select_outputs(item.request, model, part))
                 t2 = now_ns()
                 item.timing.infer_ns, item.timing.output_ns = t1 - t0, t2 - t1
                 if recorder is not None:

@@ -1,4 +1,4 @@
-"""ModelInferRequest -> the batch a Predictor scores, and its predictions -> ModelInferResponse.
+"""Decoded input tensors -> the batch a Predictor scores, and its predictions -> the outputs asked for.
 
 A tabular model takes one 1-D tensor per input column (``[N]`` or ``[N, 1]``),
 or a single 2-D tensor ``[N, F]`` whose columns are the model's inputs in order.
@@ -11,40 +11,9 @@ from typing import Any
 import numpy as np
 
 from trainwire_core.errors import InvalidArgumentError
-from trainwire_core.inference import grpc_service_pb2 as pb
-from trainwire_core.inference.codec import NUMERIC, datatype_of, fill_contents, from_contents, from_raw, to_raw
+from trainwire_core.inference.codec import NUMERIC, datatype_of
+from trainwire_predictor.inference import InferenceRequest, InferenceResponse
 from trainwire_predictor.model_repository import LoadedModel
-
-
-def decode_inputs(request: pb.ModelInferRequest) -> tuple[dict[str, np.ndarray], bool]:
-    """Decodes every input tensor; returns name -> array and whether raw contents were used."""
-    inputs = request.inputs
-    raw = request.raw_input_contents
-    if not inputs:
-        raise InvalidArgumentError("the request has no inputs", field="inputs")
-    if raw and len(raw) != len(inputs):
-        raise InvalidArgumentError(
-            f"raw_input_contents has {len(raw)} entries for {len(inputs)} inputs; send one per input, in order",
-            field="raw_input_contents",
-        )
-    arrays: dict[str, np.ndarray] = {}
-    for i, tensor in enumerate(inputs):
-        name = tensor.name
-        if not name:
-            raise InvalidArgumentError(f"input {i} has no name", field=f"inputs[{i}].name")
-        if name in arrays:
-            raise InvalidArgumentError(f"input {name!r} is given twice", field=f"inputs[{i}].name")
-        if raw:
-            if tensor.HasField("contents"):
-                raise InvalidArgumentError(
-                    f"input {name!r} has typed contents while the request uses raw_input_contents; "
-                    "send every input one way or the other",
-                    field=f"inputs[{i}].contents",
-                )
-            arrays[name] = from_raw(raw[i], tensor.datatype, tensor.shape, name, f"raw_input_contents[{i}]")
-        else:
-            arrays[name] = from_contents(tensor.contents, tensor.datatype, tensor.shape, name, f"inputs[{i}].contents")
-    return arrays, bool(raw)
 
 
 def _check_datatype(name: str, arr: np.ndarray, expected: str, field: str) -> None:
@@ -108,36 +77,28 @@ def to_batch(arrays: dict[str, np.ndarray], model: LoadedModel) -> dict[str, np.
     return batch
 
 
-def encode_response(
-    request: pb.ModelInferRequest, model: LoadedModel, columns: dict[str, np.ndarray], raw: bool
-) -> pb.ModelInferResponse:
-    """Builds the response: raw output contents when the request was raw, typed contents otherwise."""
-    response = pb.ModelInferResponse(
-        model_name=request.model_name, model_version=model.ref.checkpoint_id, id=request.id
-    )
+def select_outputs(request: InferenceRequest, model: LoadedModel, columns: dict[str, np.ndarray]) -> InferenceResponse:
+    """The answer to ``request``: the outputs it asked for (all when none), in its order.
+
+    Raises:
+        InvalidArgumentError: An output the model does not have (the field names it).
+    """
     names = list(columns)
     if request.outputs:
-        wanted = []
-        for i, out in enumerate(request.outputs):
-            if out.name not in names:
+        for i, name in enumerate(request.outputs):
+            if name not in columns:
                 raise InvalidArgumentError(
-                    f"unknown output {out.name!r}; the model's outputs are {', '.join(names)}",
+                    f"unknown output {name!r}; the model's outputs are {', '.join(names)}",
                     field=f"outputs[{i}].name",
                 )
-            wanted.append(out.name)
-        names = wanted
-    for name in names:
-        arr = _output_array(columns[name])
-        tensor = response.outputs.add(name=name, datatype=datatype_of(arr.dtype), shape=arr.shape)
-        if raw:
-            response.raw_output_contents.append(to_raw(arr))
-        else:
-            fill_contents(tensor.contents, arr)
-    return response
+        names = request.outputs
+    return InferenceResponse(
+        request.model_name, model.ref.checkpoint_id, request.id, [(n, _output_array(columns[n])) for n in names]
+    )
 
 
 def _output_array(column: Any) -> np.ndarray:
     arr = np.asarray(column)
     if arr.dtype == np.float16:
-        arr = arr.astype(np.float32)  # typed contents have no FP16 field
+        arr = arr.astype(np.float32)  # typed contents and JSON have no 16-bit float
     return arr

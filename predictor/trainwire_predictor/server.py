@@ -1,4 +1,4 @@
-"""The predictor's gRPC server: GRPCInferenceService, health, reflection."""
+"""The predictor's servers: gRPC (GRPCInferenceService, health, reflection) and REST, on one data plane."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import logging
 from concurrent.futures import ThreadPoolExecutor
 
 import grpc
+import uvloop
 
 from trainwire_core.auth import ADMIN, PREDICT, TokenTable, add_auth_arguments
 from trainwire_core.inference import grpc_service_pb2, grpc_service_pb2_grpc
@@ -26,8 +27,10 @@ from trainwire_core.serving import (
 from trainwire_core.storage import Store
 from trainwire_core.tls import add_port, add_tls_arguments
 from trainwire_predictor.batching import Batcher
+from trainwire_predictor.dataplane import DataPlane
 from trainwire_predictor.metrics import PredictorMetrics
 from trainwire_predictor.model_repository import ModelRepository
+from trainwire_predictor.rest import RestFrontEnd, RestServer
 from trainwire_predictor.servicer import InferenceServicer
 from trainwire_predictor.settings import PredictorSettings
 
@@ -45,10 +48,13 @@ class PredictorServer:
         self.server: grpc.aio.Server | None = None
         self.models: ModelRepository | None = None
         self.executor: ThreadPoolExecutor | None = None
+        self.dataplane: DataPlane | None = None
         self.servicer: InferenceServicer | None = None
         self.metrics: PredictorMetrics | None = None
         self.metrics_server: MetricsServer | None = None
         self.metrics_address = ""
+        self.rest: RestServer | None = None
+        self.http_address = ""
 
     async def start(self) -> str:
         """Binds the port (0 picks a free one) and returns ``host:port``.
@@ -81,11 +87,12 @@ class PredictorServer:
             interceptors=interceptors,
         )
         self.metrics = PredictorMetrics() if settings.metrics_port else None
-        self.servicer = InferenceServicer(
+        self.dataplane = DataPlane(
             self.models,
             Batcher(self.executor, inline_budget_ns=int(settings.inline_budget_us * 1000)),
             recorders=[self.metrics] if self.metrics else [],
         )
+        self.servicer = InferenceServicer(dataplane=self.dataplane)
         grpc_service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(self.servicer, self.server)
         health_servicer = add_health_and_reflection(self.server, (SERVICE_NAME,), grpc_service_pb2.DESCRIPTOR)
         port = add_port(
@@ -95,12 +102,27 @@ class PredictorServer:
             self.metrics_server = MetricsServer(self.metrics.registry, settings.host, settings.metrics_port)
             self.metrics_address = advertised_address(settings.host, self.metrics_server.port)
             logger.info("Prometheus metrics on http://%s/metrics", self.metrics_address)
+        if settings.http_port is not None:
+            front_end = RestFrontEnd(self.dataplane, tokens, settings.max_message_bytes)
+            self.rest = RestServer(
+                front_end,
+                settings.host,
+                settings.http_port,
+                settings.tls_cert,
+                settings.tls_key,
+                settings.tls_client_ca,
+            )
+            self.http_address = advertised_address(settings.host, await self.rest.start())
+            logger.info("Open Inference Protocol over REST on %s", self.http_address)
         await self.server.start()
         await mark_serving(health_servicer, (SERVICE_NAME,))
         self.address = advertised_address(settings.host, port)
         return self.address
 
     async def stop(self, grace_s: float = 5.0) -> None:
+        if self.rest is not None:
+            await self.rest.stop(grace_s)
+            self.rest = None
         if self.metrics_server is not None:
             await asyncio.to_thread(self.metrics_server.stop)
             self.metrics_server = None
@@ -127,10 +149,12 @@ def main(argv: list[str] | None = None) -> None:
     import argparse
 
     parser = argparse.ArgumentParser(
-        prog="trainwire predictor", description="Serve committed checkpoints over the Open Inference Protocol (gRPC)."
+        prog="trainwire predictor",
+        description="Serve committed checkpoints over the Open Inference Protocol (gRPC, and REST with --http-port).",
     )
     parser.add_argument("--host")
-    parser.add_argument("--port", type=int, help="0 picks a free port (default 8001)")
+    parser.add_argument("--port", type=int, help="gRPC port; 0 picks a free port (default 8001)")
+    parser.add_argument("--http-port", type=int, help="also serve REST (KServe v2) on this port; 0 picks a free one")
     parser.add_argument("--store", help="shared store URI (file://, s3://) or path")
     parser.add_argument("--max-message-bytes", type=int)
     parser.add_argument("--metrics-port", type=int, help="serve Prometheus metrics over HTTP on this port (0: off)")
@@ -146,7 +170,10 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     overrides = {k: v for k, v in vars(args).items() if v is not None}
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    server = PredictorServer(PredictorSettings(**overrides))
     try:
-        asyncio.run(serve_until_signalled(PredictorServer(PredictorSettings(**overrides)), "trainwire predictor"))
+        # uvloop: the faster loop for uvicorn, and grpc.aio runs on it too.
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            runner.run(serve_until_signalled(server, "trainwire predictor"))
     except OpenDoorError as exc:
         raise SystemExit(f"error: {exc}") from None

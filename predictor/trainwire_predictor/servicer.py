@@ -1,64 +1,66 @@
-"""GRPCInferenceService: protos in, ModelRepository and Predictor calls, protos out."""
+"""GRPCInferenceService: protos in, DataPlane calls, protos out (a front end that only converts)."""
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import AsyncIterator
 
 import grpc
 
-from trainwire_core.errors import FailedPreconditionError, InvalidArgumentError, NotFoundError, TrainwireError
+from trainwire_core.errors import TrainwireError
 from trainwire_core.grpc_status import handle_errors
 from trainwire_core.inference import grpc_service_pb2 as pb
 from trainwire_core.inference import grpc_service_pb2_grpc as pb_grpc
-from trainwire_predictor import __version__
 from trainwire_predictor.batching import Batcher
+from trainwire_predictor.dataplane import EXTENSIONS, SERVER_NAME, DataPlane
+from trainwire_predictor.grpc_codec import request_from_proto, response_to_proto
 from trainwire_predictor.model_repository import ModelRepository
-from trainwire_predictor.statistics import Recorder, Recorders, Statistics, Timing, now_ns
+from trainwire_predictor.statistics import Recorder, Statistics
 
 logger = logging.getLogger(__name__)
 Context = grpc.aio.ServicerContext
+# Answers of raw requests carry raw contents (what tritonclient expects), others typed contents.
+_RAW = functools.partial(response_to_proto, raw=True)
+_TYPED = functools.partial(response_to_proto, raw=False)
 
 
 class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
-    """The Open Inference Protocol over the shared store's committed checkpoints.
+    """The Open Inference Protocol over gRPC, on the data plane.
 
     Args:
-        models: Resolution and the loaded-model cache.
-        batcher: Runs model compute off the event loop, batching concurrent requests where safe.
+        models: Resolution and the loaded-model cache (when no ``dataplane`` is given).
+        batcher: Runs model compute off the event loop (when no ``dataplane`` is given).
         stream_window: Requests of one stream scored at once (answers keep request order).
         statistics: What ModelStatistics answers from (default: a new, empty one).
         recorders: Also told of every request and model call (e.g. the Prometheus metrics).
+        dataplane: The data plane to serve (shared with the REST front end); built from the above when None.
     """
 
     def __init__(
         self,
-        models: ModelRepository,
-        batcher: Batcher,
+        models: ModelRepository | None = None,
+        batcher: Batcher | None = None,
         stream_window: int = 16,
         statistics: Statistics | None = None,
         recorders: list[Recorder] | None = None,
+        dataplane: DataPlane | None = None,
     ) -> None:
-        self.models = models
-        self.batcher = batcher
+        if dataplane is None:
+            if models is None or batcher is None:
+                raise ValueError("InferenceServicer needs a dataplane, or models and a batcher")
+            dataplane = DataPlane(models, batcher, statistics, recorders)
+        self.dataplane = dataplane
         self.stream_window = stream_window
-        self.statistics = statistics if statistics is not None else Statistics()
-        self.recorder = Recorders([self.statistics, *(recorders or [])])
-        if batcher.recorder is None:
-            batcher.recorder = self.recorder
+
+    @property
+    def statistics(self) -> Statistics:
+        return self.dataplane.statistics
 
     async def infer(self, request: pb.ModelInferRequest) -> pb.ModelInferResponse:
-        timing = Timing()
-        # A request whose model is not found counts for no model (as in Triton).
-        model = await self.models.get(request.model_name, request.model_version)
-        try:
-            response = await self.batcher.infer(request, model, timing)
-        except Exception:
-            self.recorder.failure(model.ref, now_ns() - timing.start_ns)
-            raise
-        self.recorder.success(model.ref, timing, now_ns() - timing.start_ns)
-        return response
+        encode = _RAW if request.raw_input_contents else _TYPED
+        return await self.dataplane.infer(request_from_proto(request), encode)
 
     @handle_errors
     async def ServerLive(self, request: pb.ServerLiveRequest, context: Context) -> pb.ServerLiveResponse:
@@ -71,29 +73,23 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     @handle_errors
     async def ServerMetadata(self, request: pb.ServerMetadataRequest, context: Context) -> pb.ServerMetadataResponse:
         return pb.ServerMetadataResponse(
-            name="trainwire-predictor",
-            version=__version__,
-            extensions=["model_repository", "model_stream_infer", "statistics"],
+            name=SERVER_NAME, version=self.dataplane.version, extensions=[*EXTENSIONS, "model_stream_infer"]
         )
 
     @handle_errors
     async def ModelReady(self, request: pb.ModelReadyRequest, context: Context) -> pb.ModelReadyResponse:
-        try:
-            await self.models.get(request.name, request.version)
-        except (NotFoundError, FailedPreconditionError):
-            return pb.ModelReadyResponse(ready=False)
-        return pb.ModelReadyResponse(ready=True)
+        return pb.ModelReadyResponse(ready=await self.dataplane.model_ready(request.name, request.version))
 
     @handle_errors
     async def ModelMetadata(self, request: pb.ModelMetadataRequest, context: Context) -> pb.ModelMetadataResponse:
-        model = await self.models.get(request.name, request.version)
+        meta = await self.dataplane.model_metadata(request.name, request.version)
         tensor = pb.ModelMetadataResponse.TensorMetadata
         return pb.ModelMetadataResponse(
-            name=request.name,
-            versions=list(model.ref.versions),
-            platform=model.platform,
-            inputs=[tensor(name=s.name, datatype=s.datatype, shape=s.shape) for s in model.inputs],
-            outputs=[tensor(name=s.name, datatype=s.datatype, shape=s.shape) for s in model.outputs],
+            name=meta.name,
+            versions=list(meta.versions),
+            platform=meta.platform,
+            inputs=[tensor(name=s.name, datatype=s.datatype, shape=s.shape) for s in meta.inputs],
+            outputs=[tensor(name=s.name, datatype=s.datatype, shape=s.shape) for s in meta.outputs],
         )
 
     @handle_errors
@@ -149,43 +145,28 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
 
     @handle_errors
     async def ModelStatistics(self, request: pb.ModelStatisticsRequest, context: Context) -> pb.ModelStatisticsResponse:
-        if not request.name:
-            if request.version:
-                raise InvalidArgumentError("a version needs a model name", field="version")
-            return pb.ModelStatisticsResponse(model_stats=self.statistics.snapshot())
-        # The name (a run name or id) and version must exist; the model need not be loaded.
-        ref = await self.models.resolve(request.name, request.version)
-        stats = self.statistics.snapshot(ref.run_id, request.version and ref.checkpoint_id, request.name)
-        if not stats:
-            stats = [self.statistics.zero(ref, request.name)]
-        return pb.ModelStatisticsResponse(model_stats=stats)
+        stats = await self.dataplane.model_statistics(request.name, request.version)
+        return pb.ModelStatisticsResponse(model_stats=[m.proto() for m in stats])
 
     @handle_errors
     async def RepositoryIndex(self, request: pb.RepositoryIndexRequest, context: Context) -> pb.RepositoryIndexResponse:
         entry = pb.RepositoryIndexResponse.ModelIndex
-        models = [
-            entry(
-                name=ref.run_name or ref.run_id,
-                version=ref.checkpoint_id,
-                state="READY" if loaded else "UNAVAILABLE",
-                reason="" if loaded else "not loaded",
-            )
-            for ref, loaded in await self.models.index()
-            if loaded or not request.ready
-        ]
-        return pb.RepositoryIndexResponse(models=models)
+        index = await self.dataplane.repository_index(request.ready)
+        return pb.RepositoryIndexResponse(
+            models=[entry(name=e.name, version=e.version, state=e.state, reason=e.reason) for e in index]
+        )
 
     @handle_errors
     async def RepositoryModelLoad(
         self, request: pb.RepositoryModelLoadRequest, context: Context
     ) -> pb.RepositoryModelLoadResponse:
         version = request.parameters["version"].string_param if "version" in request.parameters else ""
-        await self.models.get(request.model_name, version)
+        await self.dataplane.load(request.model_name, version)
         return pb.RepositoryModelLoadResponse()
 
     @handle_errors
     async def RepositoryModelUnload(
         self, request: pb.RepositoryModelUnloadRequest, context: Context
     ) -> pb.RepositoryModelUnloadResponse:
-        await self.models.unload(request.model_name)
+        await self.dataplane.unload(request.model_name)
         return pb.RepositoryModelUnloadResponse()

@@ -19,6 +19,9 @@ class PredictorSettings(BaseSettings):
     host: str = "127.0.0.1"
     # 8001 is the usual Open Inference Protocol gRPC port (Triton, KServe).
     port: int = 8001
+    # The same protocol over REST (KServe v2 JSON, binary tensor data) on this port of ``host``,
+    # same process, tokens and TLS; 8000 is the usual one. 0 picks a free port; unset: off.
+    http_port: int | None = None
     # Shared store URI (file://, s3://) or a local path; the same the coordinator writes.
     store: str = default_store()
     # TLS: PEM paths of the server's certificate chain and key; with a client CA, mutual TLS.
@@ -33,6 +36,7 @@ class PredictorSettings(BaseSettings):
     tokens: str = ""
     # Prometheus metrics (nv_inference_*) over HTTP on this port of ``host``; 0: off.
     metrics_port: int = 0
+    # The largest gRPC message and REST request body (a larger body is answered 413).
     max_message_bytes: int = 64 * 1024 * 1024
     # Loaded checkpoints kept in memory (least recently used dropped first).
     model_cache_size: int = 16

@@ -13,6 +13,7 @@ cumulative figures the ModelStatistics RPC answers with, and any other
 
 from __future__ import annotations
 
+import copy
 import threading
 import time
 from collections.abc import Iterable
@@ -83,6 +84,9 @@ class _Duration:
     def proto(self) -> pb.StatisticDuration:
         return pb.StatisticDuration(count=self.count, ns=self.ns)
 
+    def json(self) -> dict[str, int]:
+        return {"count": self.count, "ns": self.ns}
+
 
 @dataclass
 class _Batch:
@@ -92,7 +96,9 @@ class _Batch:
 
 
 @dataclass
-class _Model:
+class ModelStats:
+    """One model version's cumulative figures; ``proto`` and ``json`` give Triton's two forms."""
+
     name: str
     version: str
     last_inference_ms: int = 0
@@ -134,18 +140,48 @@ class _Model:
             ],
         )
 
+    def json(self, name: str = "") -> dict:
+        """Triton's JSON form (``GET /v2/models/{m}/stats``)."""
+        stats = {
+            "success": self.success,
+            "fail": self.fail,
+            "queue": self.queue,
+            "compute_input": self.compute_input,
+            "compute_infer": self.compute_infer,
+            "compute_output": self.compute_output,
+            "cache_hit": _Duration(),
+            "cache_miss": _Duration(),
+        }
+        return {
+            "name": name or self.name,
+            "version": self.version,
+            "last_inference": self.last_inference_ms,
+            "inference_count": self.inference_count,
+            "execution_count": self.execution_count,
+            "inference_stats": {key: d.json() for key, d in stats.items()},
+            "batch_stats": [
+                {
+                    "batch_size": size,
+                    "compute_input": b.compute_input.json(),
+                    "compute_infer": b.compute_infer.json(),
+                    "compute_output": b.compute_output.json(),
+                }
+                for size, b in sorted(self.batches.items())
+            ],
+        }
+
 
 class Statistics:
     """Cumulative statistics of every model version this predictor has served (thread-safe)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._models: dict[tuple[str, str], _Model] = {}
+        self._models: dict[tuple[str, str], ModelStats] = {}
 
-    def _model(self, ref: ModelRef) -> _Model:
+    def _model(self, ref: ModelRef) -> ModelStats:
         model = self._models.get(ref.key)
         if model is None:
-            model = self._models[ref.key] = _Model(*model_labels(ref))
+            model = self._models[ref.key] = ModelStats(*model_labels(ref))
         return model
 
     def success(self, ref: ModelRef, timing: Timing, duration_ns: int) -> None:
@@ -176,18 +212,27 @@ class Statistics:
             batch.compute_infer.add(infer_ns)
             batch.compute_output.add(output_ns)
 
-    def snapshot(self, run_id: str = "", version: str = "", name: str = "") -> list[pb.ModelStatistics]:
-        """Statistics of every model (no run_id), every version of one run, or one version.
+    def records(self, run_id: str = "", version: str = "", name: str = "") -> list[ModelStats]:
+        """Copies of the figures of every model (no run_id), every version of one run, or one version.
 
         ``name`` replaces the reported model name (the name the caller asked for).
         """
         with self._lock:
-            return [
-                m.proto(name)
+            chosen = [
+                copy.deepcopy(m)
                 for (rid, ckpt), m in sorted(self._models.items(), key=lambda kv: (kv[1].name, kv[0]))
                 if (not run_id or rid == run_id) and (not version or ckpt == version)
             ]
+        for m in chosen:
+            m.name = name or m.name
+        return chosen
 
-    def zero(self, ref: ModelRef, name: str = "") -> pb.ModelStatistics:
+    def snapshot(self, run_id: str = "", version: str = "", name: str = "") -> list[pb.ModelStatistics]:
+        """``records`` as ModelStatistics messages."""
+        return [m.proto() for m in self.records(run_id, version, name)]
+
+    def zero(self, ref: ModelRef, name: str = "") -> ModelStats:
         """The statistics of a version that has had no request yet."""
-        return _Model(*model_labels(ref)).proto(name)
+        stats = ModelStats(*model_labels(ref))
+        stats.name = name or stats.name
+        return stats

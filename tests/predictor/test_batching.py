@@ -14,6 +14,8 @@ from trainwire_core.errors import InvalidArgumentError
 from trainwire_core.inference import grpc_service_pb2 as pb
 from trainwire_core.inference.codec import to_raw
 from trainwire_predictor.batching import Batcher
+from trainwire_predictor.grpc_codec import request_from_proto
+from trainwire_predictor.inference import InferenceRequest
 from trainwire_predictor.model_repository import LoadedModel, ModelRef, describe
 
 pytestmark = pytest.mark.timeout(30)
@@ -35,12 +37,12 @@ class Doubler(Predictor):
         return data[:, 0] * 2
 
 
-def request(values: list[float], rid: str) -> pb.ModelInferRequest:
+def request(values: list[float], rid: str) -> InferenceRequest:
     arr = np.asarray(values, dtype=np.float64)
     req = pb.ModelInferRequest(model_name="doubler", id=rid)
     req.inputs.add(name="a", datatype="FP64", shape=arr.shape)
     req.raw_input_contents.append(to_raw(arr))
-    return req
+    return request_from_proto(req)
 
 
 def test_concurrent_requests_share_calls_and_a_bad_one_fails_alone():
@@ -64,7 +66,7 @@ def test_concurrent_requests_share_calls_and_a_bad_one_fails_alone():
             assert isinstance(result, InvalidArgumentError) and "negative input" in str(result)
             continue
         assert result.id == str(i)
-        np.testing.assert_array_equal(np.frombuffer(result.raw_output_contents[0], "<f8"), np.array(v) * 2)
+        np.testing.assert_array_equal(result.outputs[0][1], np.array(v) * 2)
     assert max(predictor.calls) > 2  # rows of several requests went in one call
 
 
@@ -106,7 +108,7 @@ def test_calls_measured_as_short_run_on_the_loop_and_batch_what_one_iteration_qu
         if i == 5:
             assert isinstance(result, InvalidArgumentError) and "negative input" in str(result)
         else:
-            np.testing.assert_array_equal(np.frombuffer(result.raw_output_contents[0], "<f8"), np.array(v) * 2)
+            np.testing.assert_array_equal(result.outputs[0][1], np.array(v) * 2)
     if budget_ns > 1:
         # All 12 were queued in one loop iteration: one call (the bad row sends it one by one after).
         assert set(predictor.threads[1:]) == {loop_thread}

@@ -1,0 +1,360 @@
+"""The Open Inference Protocol over REST (KServe v2, Triton's binary tensor data extension) on the data plane.
+
+Starlette endpoints served by uvicorn (httptools, on the predictor's own event
+loop beside the grpc.aio server) that only convert: HTTP in, ``DataPlane``
+calls, HTTP out. Errors are the trainwire family, answered as KServe's
+``{"error": "..."}`` with the HTTP status ``HTTP_STATUS`` maps their code to.
+
+Routes (``{m}`` a run name or id, ``{v}`` a checkpoint id):
+
+- ``GET /v2/health/live``, ``GET /v2/health/ready``: open, like gRPC health checking;
+- ``GET /v2``: server metadata;
+- ``GET /v2/models/{m}[/versions/{v}]``, ``.../ready``, ``POST .../infer``;
+- ``GET /v2/models[/{m}[/versions/{v}]]/stats``: Triton's statistics extension;
+- ``POST /v2/repository/index``, ``POST /v2/repository/models/{m}/load|unload``.
+
+With tokens configured, every route but health needs ``authorization: Bearer
+<token>`` with the ``predict`` scope (load and unload: ``admin``), the same
+table and scopes as the gRPC service.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import socket
+import ssl
+from collections.abc import Awaitable, Callable, Generator
+from typing import Any
+
+import grpc
+import uvicorn
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from trainwire_core.auth import ADMIN, PREDICT, TokenTable
+from trainwire_core.errors import (
+    InvalidArgumentError,
+    PermissionDeniedError,
+    ResourceExhaustedError,
+    TrainwireError,
+    UnauthenticatedError,
+)
+from trainwire_predictor.dataplane import EXTENSIONS, SERVER_NAME, DataPlane
+from trainwire_predictor.model_repository import TensorSpec
+from trainwire_predictor.rest_codec import HEADER_LENGTH, dumps, encode_infer_response, parse_infer_request, parse_json
+
+logger = logging.getLogger(__name__)
+
+# The one mapping of the error family's codes to HTTP statuses (google.rpc's HTTP mapping).
+HTTP_STATUS: dict[grpc.StatusCode, int] = {
+    grpc.StatusCode.INVALID_ARGUMENT: 400,
+    grpc.StatusCode.FAILED_PRECONDITION: 400,
+    grpc.StatusCode.OUT_OF_RANGE: 400,
+    grpc.StatusCode.UNAUTHENTICATED: 401,
+    grpc.StatusCode.PERMISSION_DENIED: 403,
+    grpc.StatusCode.NOT_FOUND: 404,
+    grpc.StatusCode.ALREADY_EXISTS: 409,
+    grpc.StatusCode.ABORTED: 409,
+    grpc.StatusCode.RESOURCE_EXHAUSTED: 429,
+    grpc.StatusCode.CANCELLED: 499,
+    grpc.StatusCode.UNIMPLEMENTED: 501,
+    grpc.StatusCode.UNAVAILABLE: 503,
+    grpc.StatusCode.DEADLINE_EXCEEDED: 504,
+}
+
+_UNAUTHENTICATED = "missing or wrong 'authorization: Bearer <token>' header"
+
+
+class BodyTooLargeError(ResourceExhaustedError):
+    """A request body over the limit: HTTP's own 413, not 429."""
+
+
+def http_status(err: TrainwireError) -> int:
+    """The HTTP status of a trainwire error (500 for a code with no mapping)."""
+    if isinstance(err, BodyTooLargeError):
+        return 413
+    return HTTP_STATUS.get(err.code, 500)
+
+
+def json_response(doc: Any, status: int = 200) -> Response:
+    return Response(dumps(doc), status, media_type="application/json")
+
+
+def error_response(message: str, status: int) -> Response:
+    return json_response({"error": message}, status)
+
+
+def _tensors(specs: list[TensorSpec]) -> list[dict[str, Any]]:
+    return [{"name": s.name, "datatype": s.datatype, "shape": list(s.shape)} for s in specs]
+
+
+class RestFrontEnd:
+    """The REST endpoints of one predictor.
+
+    Args:
+        dataplane: What every endpoint calls.
+        tokens: Accepted bearer tokens (empty: no check).
+        max_body_bytes: Largest request body; a larger one is answered 413.
+    """
+
+    def __init__(self, dataplane: DataPlane, tokens: TokenTable | None = None, max_body_bytes: int = 64 << 20) -> None:
+        self.dataplane = dataplane
+        self.tokens = tokens if tokens else None
+        self.max_body_bytes = max_body_bytes
+
+    # --- plumbing --------------------------------------------------------------
+    def _authorize(self, request: Request, scope: str) -> None:
+        if self.tokens is None:
+            return
+        header = request.headers.get("authorization")
+        caller = self.tokens.identify([("authorization", header)] if header is not None else [])
+        if caller is None:
+            raise UnauthenticatedError(_UNAUTHENTICATED)
+        if scope not in caller.scopes:
+            raise PermissionDeniedError(f"token {caller.name!r} lacks the {scope!r} scope", field=scope)
+
+    async def _body(self, request: Request) -> bytes:
+        """The whole body, refused (413) as soon as it is known to exceed the limit."""
+        limit = self.max_body_bytes
+        declared = request.headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            raise BodyTooLargeError(f"the request body has {declared} bytes, over the limit of {limit}", field="body")
+        chunks, size = [], 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise BodyTooLargeError(f"the request body is over the limit of {limit} bytes", field="body")
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    async def _json_body(self, request: Request) -> dict[str, Any]:
+        """An optional JSON object body (repository calls); empty means {}."""
+        body = await self._body(request)
+        if not body.strip():
+            return {}
+        doc = parse_json(body)
+        if not isinstance(doc, dict):
+            raise InvalidArgumentError("the request body must be a JSON object", field="body")
+        return doc
+
+    def routes(self) -> list[Route]:
+        """Every route, each wrapped to check its scope and map errors."""
+
+        def route(
+            path: str, endpoint: Callable[[Request], Awaitable[Response]], method: str, scope: str | None
+        ) -> Route:
+            @functools.wraps(endpoint)
+            async def guarded(request: Request) -> Response:
+                if scope is not None:
+                    self._authorize(request, scope)
+                return await endpoint(request)
+
+            return Route(path, guarded, methods=[method])
+
+        model = "/v2/models/{model}"
+        version = "/v2/models/{model}/versions/{version}"
+        return [
+            route("/v2/health/live", self.live, "GET", None),
+            route("/v2/health/ready", self.ready, "GET", None),
+            route("/v2", self.server_metadata, "GET", PREDICT),
+            route("/v2/models/stats", self.stats, "GET", PREDICT),
+            route("/v2/repository/index", self.repository_index, "POST", PREDICT),
+            route("/v2/repository/models/{model}/load", self.load, "POST", ADMIN),
+            route("/v2/repository/models/{model}/unload", self.unload, "POST", ADMIN),
+            *(
+                r
+                for base in (model, version)
+                for r in (
+                    route(base, self.model_metadata, "GET", PREDICT),
+                    route(f"{base}/ready", self.model_ready, "GET", PREDICT),
+                    route(f"{base}/infer", self.infer, "POST", PREDICT),
+                    route(f"{base}/stats", self.stats, "GET", PREDICT),
+                )
+            ),
+        ]
+
+    def app(self) -> Starlette:
+        """The ASGI application: the routes, and errors as ``{"error": ...}``."""
+
+        async def trainwire_error(request: Request, exc: Exception) -> Response:
+            assert isinstance(exc, TrainwireError)
+            return error_response(exc.message, http_status(exc))
+
+        async def http_error(request: Request, exc: Exception) -> Response:
+            assert isinstance(exc, HTTPException)
+            message = {
+                404: f"no route {request.url.path}",
+                405: f"{request.method} is not allowed on {request.url.path}",
+            }
+            return error_response(message.get(exc.status_code, str(exc.detail)), exc.status_code)
+
+        async def unexpected(request: Request, exc: Exception) -> Response:
+            # Anything else is a bug in trainwire: say so, keep the details in the log.
+            logger.error("unexpected error in %s %s", request.method, request.url.path, exc_info=exc)
+            return error_response(f"internal error: {type(exc).__name__}: {exc}", 500)
+
+        return Starlette(
+            routes=self.routes(),
+            exception_handlers={TrainwireError: trainwire_error, HTTPException: http_error, Exception: unexpected},
+        )
+
+    # --- endpoints -------------------------------------------------------------
+    async def live(self, request: Request) -> Response:
+        return json_response({"live": True})
+
+    async def ready(self, request: Request) -> Response:
+        return json_response({"ready": True})
+
+    async def server_metadata(self, request: Request) -> Response:
+        extensions = [*EXTENSIONS, "binary_tensor_data"]
+        return json_response({"name": SERVER_NAME, "version": self.dataplane.version, "extensions": extensions})
+
+    async def model_metadata(self, request: Request) -> Response:
+        p = request.path_params
+        meta = await self.dataplane.model_metadata(p["model"], p.get("version", ""))
+        return json_response(
+            {
+                "name": meta.name,
+                "versions": list(meta.versions),
+                "platform": meta.platform,
+                "inputs": _tensors(meta.inputs),
+                "outputs": _tensors(meta.outputs),
+            }
+        )
+
+    async def model_ready(self, request: Request) -> Response:
+        p = request.path_params
+        name, version = p["model"], p.get("version", "")
+        if await self.dataplane.model_ready(name, version):
+            return json_response({"name": name, "ready": True})
+        # The protocol answers "not ready" with a 4xx status.
+        return json_response({"name": name, "ready": False, "error": f"model {name!r} is not ready"}, 400)
+
+    async def infer(self, request: Request) -> Response:
+        p = request.path_params
+        body = await self._body(request)
+        infer_request, form = parse_infer_request(
+            body, request.headers.get(HEADER_LENGTH), p["model"], p.get("version", "")
+        )
+
+        def encode(response: Any) -> Response:
+            content, headers = encode_infer_response(response, form)
+            return Response(content, 200, headers=headers)
+
+        return await self.dataplane.infer(infer_request, encode)
+
+    async def stats(self, request: Request) -> Response:
+        p = request.path_params
+        stats = await self.dataplane.model_statistics(p.get("model", ""), p.get("version", ""))
+        return json_response({"model_stats": [m.json() for m in stats]})
+
+    async def repository_index(self, request: Request) -> Response:
+        doc = await self._json_body(request)
+        ready = doc.get("ready", False)
+        if not isinstance(ready, bool):
+            raise InvalidArgumentError("ready must be true or false", field="ready")
+        index = await self.dataplane.repository_index(ready)
+        return json_response(
+            [{"name": e.name, "version": e.version, "state": e.state, "reason": e.reason} for e in index]
+        )
+
+    async def load(self, request: Request) -> Response:
+        doc = await self._json_body(request)
+        params = doc.get("parameters") or {}
+        version = params.get("version", "") if isinstance(params, dict) else None
+        if not isinstance(version, str):
+            raise InvalidArgumentError("parameters.version must be a string", field="parameters.version")
+        await self.dataplane.load(request.path_params["model"], version)
+        return Response(b"", 200)
+
+    async def unload(self, request: Request) -> Response:
+        await self._json_body(request)
+        await self.dataplane.unload(request.path_params["model"])
+        return Response(b"", 200)
+
+
+class _EmbeddedServer(uvicorn.Server):
+    """uvicorn on a loop it does not own: the predictor's process handles the signals."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Generator[None, None, None]:
+        yield
+
+
+class RestServer:
+    """Serves a ``RestFrontEnd`` with uvicorn on the running event loop.
+
+    Args:
+        front_end: The endpoints.
+        host: Address to bind.
+        port: Port to bind (0 picks a free one).
+        tls_cert: PEM certificate chain: serve HTTPS.
+        tls_key: Its private key.
+        tls_client_ca: PEM CA that client certificates must chain to (mutual TLS).
+    """
+
+    def __init__(
+        self,
+        front_end: RestFrontEnd,
+        host: str,
+        port: int,
+        tls_cert: str = "",
+        tls_key: str = "",
+        tls_client_ca: str = "",
+    ) -> None:
+        if bool(tls_cert) != bool(tls_key):
+            raise InvalidArgumentError(
+                "TLS needs both tls_cert and tls_key", field="tls_key" if tls_cert else "tls_cert"
+            )
+        if tls_client_ca and not tls_cert:
+            raise InvalidArgumentError("tls_client_ca needs tls_cert and tls_key", field="tls_client_ca")
+        self.config = uvicorn.Config(
+            front_end.app(),
+            host=host,
+            port=port,
+            http="httptools",
+            lifespan="off",
+            access_log=False,
+            log_level="warning",
+            server_header=False,
+            ssl_certfile=tls_cert or None,
+            ssl_keyfile=tls_key or None,
+            ssl_ca_certs=tls_client_ca or None,
+            ssl_cert_reqs=ssl.CERT_REQUIRED if tls_client_ca else ssl.CERT_NONE,
+        )
+        self.server = _EmbeddedServer(self.config)
+        self.port = 0
+        self._socket: socket.socket | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> int:
+        """Binds and starts serving; returns the bound port."""
+        self.config.load()  # builds the TLS context, so a bad certificate fails here
+        self._socket = sock = self.config.bind_socket()
+        self.port = sock.getsockname()[1]
+        self._task = asyncio.get_running_loop().create_task(self.server.serve(sockets=[sock]))
+        while not self.server.started:
+            if self._task.done():
+                self._task.result()  # raises what stopped it
+                raise RuntimeError("the REST server stopped while starting")
+            await asyncio.sleep(0.01)
+        return self.port
+
+    async def stop(self, grace_s: float = 5.0) -> None:
+        """Stops accepting, lets requests in flight finish for up to ``grace_s``."""
+        if self._task is None:
+            return
+        self.config.timeout_graceful_shutdown = max(grace_s, 0.1)
+        self.server.should_exit = True
+        try:
+            await asyncio.wait_for(asyncio.shield(self._task), grace_s + 1.0)
+        except Exception:  # noqa: BLE001 - stopping regardless (a timeout too)
+            self.server.force_exit = True
+            self._task.cancel()
+        self._task = None

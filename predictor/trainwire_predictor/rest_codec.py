@@ -1,0 +1,189 @@
+"""KServe v2 JSON bodies (and Triton's binary tensor data extension) <-> the data plane's requests and answers.
+
+A request body is a JSON object, optionally followed by binary tensor data:
+then the ``Inference-Header-Content-Length`` header gives the JSON's length, and
+each input with ``parameters.binary_data_size`` takes that many bytes of the
+rest, in input order (raw little-endian, BYTES elements length-prefixed, as
+gRPC's raw contents). Outputs travel as JSON ``data`` unless the request asks
+for binary (``parameters.binary_data`` on an output, or
+``parameters.binary_data_output`` for every output: what ``tritonclient.http``
+sends by default); the answer is then laid out the same way.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from trainwire_core.errors import InvalidArgumentError
+from trainwire_core.inference.codec import datatype_of, to_raw
+from trainwire_predictor.inference import InferenceRequest, InferenceResponse, InputTensor
+
+HEADER_LENGTH = "inference-header-content-length"
+JSON_TYPE = "application/json"
+BINARY_TYPE = "application/octet-stream"
+
+
+class OutputForm:
+    """Which outputs of one request are answered as binary data."""
+
+    __slots__ = ("default", "binary")
+
+    def __init__(self, default: bool, binary: dict[str, bool]) -> None:
+        self.default = default
+        self.binary = binary
+
+    def is_binary(self, name: str) -> bool:
+        return self.binary.get(name, self.default)
+
+
+def parse_json(data: bytes | memoryview, what: str = "the request body") -> Any:
+    """Parses JSON, or says why not as INVALID_ARGUMENT."""
+    try:
+        return json.loads(bytes(data))
+    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
+        raise InvalidArgumentError(f"{what} is not valid JSON: {exc}", field="body") from None
+
+
+def _param(params: Any, key: str, field: str) -> Any:
+    if params is None:
+        return None
+    if not isinstance(params, dict):
+        raise InvalidArgumentError(f"{field} must be a JSON object", field=field)
+    return params.get(key)
+
+
+def _flag(params: Any, key: str, field: str) -> bool:
+    value = _param(params, key, field)
+    if value is not None and not isinstance(value, bool):
+        raise InvalidArgumentError(f"{field}.{key} must be true or false", field=f"{field}.{key}")
+    return bool(value)
+
+
+def parse_infer_request(
+    body: bytes, header_length: str | None, model_name: str, model_version: str
+) -> tuple[InferenceRequest, OutputForm]:
+    """The protocol-neutral request of an ``/infer`` body, and the form its answer takes.
+
+    Raises:
+        InvalidArgumentError: Malformed JSON, a field of the wrong type, a bad header
+            length, or binary data that does not add up (the field names where).
+    """
+    view = memoryview(body)
+    if header_length is not None:
+        try:
+            json_size = int(header_length)
+        except ValueError:
+            json_size = -1
+        if not 0 <= json_size <= len(body):
+            raise InvalidArgumentError(
+                f"Inference-Header-Content-Length {header_length!r} is not a length within the {len(body)}-byte body",
+                field="Inference-Header-Content-Length",
+            )
+        head, binary = view[:json_size], view[json_size:]
+    else:
+        head, binary = view, view[len(view) :]
+    doc = parse_json(head)
+    if not isinstance(doc, dict):
+        raise InvalidArgumentError("the request body must be a JSON object", field="body")
+    request_id = doc.get("id", "")
+    if not isinstance(request_id, str):
+        raise InvalidArgumentError("id must be a string", field="id")
+    raw_inputs = doc.get("inputs")
+    if not isinstance(raw_inputs, list):
+        raise InvalidArgumentError("the request needs an inputs list", field="inputs")
+    inputs, offset = [], 0
+    for i, spec in enumerate(raw_inputs):
+        field = f"inputs[{i}]"
+        if not isinstance(spec, dict):
+            raise InvalidArgumentError(f"{field} must be a JSON object", field=field)
+        name, datatype, shape = spec.get("name"), spec.get("datatype"), spec.get("shape")
+        if not isinstance(name, str):
+            raise InvalidArgumentError(f"{field}.name must be a string", field=f"{field}.name")
+        if not isinstance(datatype, str):
+            raise InvalidArgumentError(f"{field}.datatype must be a string", field=f"{field}.datatype")
+        if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) for d in shape):
+            raise InvalidArgumentError(f"{field}.shape must be a list of integers", field=f"{field}.shape")
+        size = _param(spec.get("parameters"), "binary_data_size", f"{field}.parameters")
+        if size is not None:
+            if not isinstance(size, int) or isinstance(size, bool) or size < 0 or offset + size > len(binary):
+                raise InvalidArgumentError(
+                    f"{field}.parameters.binary_data_size {size!r} runs past the {len(binary)} bytes of binary data",
+                    field=f"{field}.parameters.binary_data_size",
+                )
+            inputs.append(InputTensor(name, datatype, shape, binary[offset : offset + size], f"{field}.binary_data"))
+            offset += size
+        else:
+            data = spec.get("data")
+            if not isinstance(data, list):
+                raise InvalidArgumentError(
+                    f"{field} needs data (a list) or parameters.binary_data_size", field=f"{field}.data"
+                )
+            inputs.append(InputTensor(name, datatype, shape, data, f"{field}.data"))
+    if offset != len(binary):
+        raise InvalidArgumentError(
+            f"the body holds {len(binary)} bytes of binary data but the inputs take {offset}", field="body"
+        )
+    outputs, binary_outputs = [], {}
+    raw_outputs = doc.get("outputs", [])
+    if not isinstance(raw_outputs, list):
+        raise InvalidArgumentError("outputs must be a list", field="outputs")
+    for i, spec in enumerate(raw_outputs):
+        field = f"outputs[{i}]"
+        name = spec.get("name") if isinstance(spec, dict) else None
+        if not isinstance(name, str):
+            raise InvalidArgumentError(f"{field}.name must be a string", field=f"{field}.name")
+        outputs.append(name)
+        binary_outputs[name] = _flag(spec.get("parameters"), "binary_data", f"{field}.parameters")
+    default = _flag(doc.get("parameters"), "binary_data_output", "parameters")
+    return InferenceRequest(model_name, model_version, request_id, inputs, outputs), OutputForm(default, binary_outputs)
+
+
+def _json_data(arr: np.ndarray) -> list[Any]:
+    flat = arr.ravel()
+    if datatype_of(arr.dtype) == "BYTES":
+        return [v.decode("utf-8", "backslashreplace") if isinstance(v, bytes) else str(v) for v in flat]
+    return flat.tolist()
+
+
+def encode_infer_response(response: InferenceResponse, form: OutputForm) -> tuple[bytes, dict[str, str]]:
+    """The body and headers of an ``/infer`` answer (JSON, then binary outputs when asked for)."""
+    outputs, blobs = [], []
+    for name, arr in response.outputs:
+        tensor: dict[str, Any] = {"name": name, "datatype": datatype_of(arr.dtype), "shape": list(arr.shape)}
+        if form.is_binary(name):
+            blob = to_raw(arr)
+            tensor["parameters"] = {"binary_data_size": len(blob)}
+            blobs.append(blob)
+        else:
+            tensor["data"] = _json_data(arr)
+        outputs.append(tensor)
+    doc = {"model_name": response.model_name, "model_version": response.model_version, "outputs": outputs}
+    if response.id:
+        doc["id"] = response.id
+    head = dumps(doc)
+    if not blobs:
+        return head, {"content-type": JSON_TYPE}
+    return b"".join([head, *blobs]), {"content-type": BINARY_TYPE, HEADER_LENGTH: str(len(head))}
+
+
+def dumps(doc: Any) -> bytes:
+    """Compact JSON; non-finite floats as JSON can carry them only as null (what KServe servers send)."""
+    try:
+        return json.dumps(doc, separators=(",", ":"), allow_nan=False).encode()
+    except ValueError:
+        return json.dumps(_finite(doc), separators=(",", ":")).encode()
+
+
+def _finite(doc: Any) -> Any:
+    if isinstance(doc, float):
+        return doc if math.isfinite(doc) else None
+    if isinstance(doc, list):
+        return [_finite(v) for v in doc]
+    if isinstance(doc, Mapping):
+        return {k: _finite(v) for k, v in doc.items()}
+    return doc
