@@ -112,7 +112,9 @@ class FakePlacement:
     def release(self, reservation: Any) -> None:
         self.released += 1
 
-    async def start_group(self, reservation: Any, num_workers: int, resources: dict, env: dict) -> FakeGroup:
+    async def start_group(
+        self, reservation: Any, num_workers: int, resources: dict, env: dict, capture_child_tasks: bool = False
+    ) -> FakeGroup:
         if self.start_fails:
             raise RuntimeError("the actors could not start")
         self.groups.append(FakeGroup(num_workers))
@@ -140,8 +142,11 @@ class FakeBackend:
         # Set by a test to hold the process-group set-up (a slow rendezvous).
         self.hold_start: asyncio.Event | None = None
 
-    def placement_scaling(self, scaling: Any) -> Any:
-        return scaling
+    def placement_scaling(self, request: Any) -> Any:
+        return request.scaling_config
+
+    def side_bundles(self, request: Any) -> list[dict[str, float]]:
+        return []
 
     def worker_env(self, request: Any) -> dict[str, str]:
         return {}

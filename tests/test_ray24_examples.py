@@ -35,6 +35,7 @@ EXAMPLES = {
     "checkpoint_docstring.py": [],
     "batch_predictor_predict_docstring.py": [],
     "batch_predictor_pipelined_docstring.py": [],
+    "rl_trainer_docstring.py": [],
 }
 
 

@@ -322,7 +322,7 @@ RLLIB = textwrap.dedent(
         # One worker (RLTrainer's rule) that reserves every CPU; env runners and learner in its process.
         result = RLTrainer(
             "PPO",
-            "CartPole-v1",
+            env="CartPole-v1",
             config={
                 "training": {"train_batch_size_per_learner": 200, "minibatch_size": 64, "num_epochs": 1},
                 "debugging": {"seed": 0},

@@ -46,7 +46,7 @@ def _rollout(policy, episodes: int = 5) -> float:
 def ppo_result(coordinator):
     return RLTrainer(
         "PPO",
-        "CartPole-v1",
+        env="CartPole-v1",
         config=PPO_CONFIG,
         num_iterations=ITERATIONS,
         scaling_config=ScalingConfig(num_workers=1),
@@ -89,7 +89,7 @@ def test_ppo_learns_cartpole_and_serves_actions(ppo_result):
 def test_resume_trains_the_remaining_iterations(ppo_result):
     result = RLTrainer(
         "PPO",
-        "CartPole-v1",
+        env="CartPole-v1",
         config=PPO_CONFIG,
         num_iterations=ITERATIONS + 1,
         resume_from_checkpoint=ppo_result.checkpoint,
@@ -107,10 +107,14 @@ def test_resume_trains_the_remaining_iterations(ppo_result):
         (lambda r: setattr(r.scaling_config, "num_workers", 2), "scaling_config.num_workers"),
         (lambda r: setattr(r.rl, "env", "NoSuchEnv-v0"), "rl.env"),
         (lambda r: setattr(r.rl, "num_iterations", 0), "rl.num_iterations"),
+        (lambda r: r.rl.flat_config.update({"env": "CartPole-v1", "num_workers": -1}), "rl.flat_config"),
+        (lambda r: r.rl.flat_config.update({"env": "CartPole-v1", "evaluation_num_workers": 1e9}), "rl.flat_config"),
+        (lambda r: r.rl.flat_config.update({"env": "CartPole-v1", "num_cpus_per_worker": "all"}), "rl.flat_config"),
+        (lambda r: r.rl.flat_config.update({"env": 3}), "rl.flat_config.env"),
     ],
 )
 def test_bad_requests_name_the_field(client, mutate, field):
-    request = RLTrainer("PPO", "CartPole-v1", num_iterations=1).build_request(client)
+    request = RLTrainer("PPO", env="CartPole-v1", num_iterations=1).build_request(client)
     mutate(request)
     with pytest.raises(InvalidArgumentError) as info:
         client.fit(request)
@@ -119,8 +123,71 @@ def test_bad_requests_name_the_field(client, mutate, field):
 
 def test_trainer_checks_arguments():
     with pytest.raises(InvalidArgumentError) as info:
-        RLTrainer("PPO", "CartPole-v1", num_iterations=0)
+        RLTrainer("PPO", env="CartPole-v1", num_iterations=0)
     assert info.value.field == "rl.num_iterations"
     with pytest.raises(InvalidArgumentError) as info:
-        RLTrainer("PPO", "CartPole-v1", config={"training": 3})
+        RLTrainer("PPO", env="CartPole-v1", config={"training": 3})
     assert info.value.field == "rl.config.training"
+
+
+def test_ray24_flat_config_runs_remote_env_runners_and_an_evaluation_runner_in_the_runs_placement_group(coordinator):
+    import ray
+
+    from trainwire.air.config import RunConfig as AirRunConfig
+    from trainwire.train.rl import RLTrainer as AirRLTrainer
+
+    # Ray 2.4's form: a flat config with "env" and its 2.4 names; num_workers are remote env runners.
+    with pytest.warns(DeprecationWarning, match="torch only"):
+        trainer = AirRLTrainer(
+            algorithm="PPO",
+            config={
+                "env": "CartPole-v1",
+                "framework": "tf",
+                "train_batch_size": 400,
+                "sgd_minibatch_size": 64,
+                "num_sgd_iter": 1,
+                "evaluation_num_workers": 1,
+                "evaluation_interval": 1,
+                "evaluation_duration": 2,
+            },
+            scaling_config=ScalingConfig(
+                num_workers=2, resources_per_worker={"CPU": 0.5}, trainer_resources={"CPU": 0.5}
+            ),
+            run_config=AirRunConfig(name="ppo-ray24", stop={"training_iteration": 2}, verbose=0),
+        )
+    result = trainer.fit()
+    assert result.metrics["training_iteration"] == 2
+    assert result.metrics["num_healthy_env_runners"] == 2
+    assert result.metrics["evaluation/num_episodes"] >= 2
+    # The algorithm's process, 2 env runners and the evaluation runner: one placement group, in RLlib's order.
+    groups = [g["bundles"] for g in ray.util.placement_group_table().values()]
+    assert {0: {"CPU": 0.5}, 1: {"CPU": 0.5}, 2: {"CPU": 0.5}, 3: {"CPU": 0.5}} in groups
+
+
+def test_flat_and_sectioned_configs_reserve_the_bundles_rllib_asks_for():
+    from trainwire.rllib.settings import from_ray24, is_sectioned, merged_sections, placement_bundles
+
+    assert is_sectioned({"training": {"lr": 1e-3}}) and not is_sectioned({"env": "CartPole-v1", "lr": 1e-3})
+    with pytest.warns(DeprecationWarning):
+        flat = from_ray24(
+            {
+                "env": "CartPole-v1",
+                "framework": "tf",
+                "num_workers": 5,
+                "evaluation_config": {"num_cpus_per_worker": 2},
+            },
+            ScalingConfig(num_workers=2, resources_per_worker={"CPU": 0.5}, trainer_resources={"CPU": 0.25}),
+        )
+    flat["evaluation_num_env_runners"] = 1
+    assert flat["framework"] == "torch" and flat["num_env_runners"] == 2  # the ScalingConfig wins, as in Ray 2.4
+    assert placement_bundles(flat) == [{"CPU": 0.25}, {"CPU": 0.5}, {"CPU": 0.5}, {"CPU": 2.0}]
+    # No ScalingConfig: the config's own settings; the local learner needs its CPU in the main bundle.
+    assert placement_bundles(from_ray24({"env": "x", "num_workers": 1, "num_cpus_for_driver": 0.5}, None)) == [
+        {"CPU": 1.0},
+        {"CPU": 1.0},
+    ]
+    sectioned = {
+        "env_runners": {"num_env_runners": 1, "num_cpus_per_env_runner": 0.25},
+        "learners": {"num_learners": 1},
+    }
+    assert placement_bundles(merged_sections(sectioned)) == [{"CPU": 1.0}, {"CPU": 0.25}, {"CPU": 1.0}]

@@ -45,8 +45,10 @@ def test_trainer_resources_are_what_its_one_worker_reserves():
     from trainwire_coordinator.backends import get_backend
     from trainwire_coordinator.placement import bundles_for
 
-    scaling = ScalingConfig(trainer_resources={"CPU": 2}).to_proto()
+    from trainwire_core.v1 import coordinator_pb2
+
+    scaling = coordinator_pb2.FitRequest(scaling_config=ScalingConfig(trainer_resources={"CPU": 2}).to_proto())
     assert bundles_for(get_backend("sklearn").placement_scaling(scaling)) == [{"CPU": 2.0}]
     assert bundles_for(get_backend("torch").placement_scaling(scaling)) == [{"CPU": 3.0}]  # a trainer beside
-    plain = ScalingConfig().to_proto()
+    plain = coordinator_pb2.FitRequest(scaling_config=ScalingConfig().to_proto())
     assert bundles_for(get_backend("sklearn").placement_scaling(plain)) == [{"CPU": 1.0}]

@@ -90,7 +90,12 @@ class Placement(Protocol):
     def release(self, reservation: Any) -> None: ...
 
     async def start_group(
-        self, reservation: Any, num_workers: int, resources: dict[str, float], env: dict[str, str]
+        self,
+        reservation: Any,
+        num_workers: int,
+        resources: dict[str, float],
+        env: dict[str, str],
+        capture_child_tasks: bool = False,
     ) -> Group: ...
 
 
@@ -213,7 +218,8 @@ class RunController:
         self.data: RunData = data if data is not None else RunDatasets(request, datasets, checkpoints)
         self.task: asyncio.Task | None = None
         # What the reservation is made from (a backend may place its trainer on its worker).
-        self.placed = backend.placement_scaling(request.scaling_config)
+        self.placed = backend.placement_scaling(request)
+        self.side_bundles = backend.side_bundles(request)
         self.scaling = scaling_policy(self.placed)
         self.signals = Signals()
         self.losses = LossMemory()
@@ -344,11 +350,13 @@ class RunController:
         scaling = self.placed
         bundles = bundles_for(scaling, num_workers)
         placement = self.deps.placement
-        reservation = placement.reserve(bundles, scaling.placement_strategy or "PACK")
+        reservation = placement.reserve(bundles + self.side_bundles, scaling.placement_strategy or "PACK")
         ready = asyncio.ensure_future(reservation.ready())
         done, _ = await asyncio.wait([ready], timeout=self.deps.pending_reason_after_s)
         if not done:
-            await self._transition(Reserving(self.attempt, num_workers, bundles[-1], placement.available()))
+            await self._transition(
+                Reserving(self.attempt, num_workers, bundles[-1], placement.available(), tuple(self.side_bundles))
+            )
             interrupt = asyncio.ensure_future(self._interrupt.wait())
             await asyncio.wait([ready, interrupt], return_when=asyncio.FIRST_COMPLETED)
             interrupt.cancel()
@@ -385,7 +393,9 @@ class RunController:
         try:
             resources = bundles_for(self.placed, num_workers)[-1]
             env = self.backend.worker_env(self.request)
-            group = await self.deps.placement.start_group(reservation, num_workers, resources, env)
+            group = await self.deps.placement.start_group(
+                reservation, num_workers, resources, env, capture_child_tasks=bool(self.side_bundles)
+            )
             await group.check_framework(self.backend.name)
         except BaseException:
             self.deps.placement.release(reservation)

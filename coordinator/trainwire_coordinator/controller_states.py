@@ -90,6 +90,8 @@ class Reserving(ControllerState):
     num_workers: int
     bundle: dict[str, float]
     available: dict[str, float]
+    # Bundles for actors the training function starts itself (RLlib's env runners).
+    side: tuple[dict[str, float], ...] = ()
 
     @property
     def run_state(self) -> int:  # type: ignore[override]
@@ -97,8 +99,9 @@ class Reserving(ControllerState):
 
     @property
     def reason(self) -> str:
+        side = f" and {len(self.side)} actors of the training function ({', '.join(map(str, self.side))})"
         return (
-            f"waiting for resources: {self.num_workers} workers x {self.bundle} "
+            f"waiting for resources: {self.num_workers} workers x {self.bundle}{side if self.side else ''} "
             f"(cluster has {self.available} available)"
         )
 

@@ -83,14 +83,19 @@ class WorkerGroup:
         num_workers: int,
         resources: dict[str, float],
         env: dict[str, str] | None = None,
+        capture_child_tasks: bool = False,
     ) -> WorkerGroup:
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+        # Captured only when the run reserved side bundles for them: otherwise a loop's own
+        # Ray tasks (Ray Data's) would wait for room in bundles the workers fill.
         actors = [
             _remote_worker_class()
             .options(
                 **_actor_options(resources),
-                scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=i),
+                scheduling_strategy=PlacementGroupSchedulingStrategy(
+                    pg, placement_group_bundle_index=i, placement_group_capture_child_tasks=capture_child_tasks
+                ),
                 runtime_env={"env_vars": env} if env else None,
                 max_concurrency=2,
             )
@@ -180,6 +185,11 @@ class RayPlacement:
         remove_placement_group(reservation)
 
     async def start_group(
-        self, reservation: Any, num_workers: int, resources: dict[str, float], env: dict[str, str]
+        self,
+        reservation: Any,
+        num_workers: int,
+        resources: dict[str, float],
+        env: dict[str, str],
+        capture_child_tasks: bool = False,
     ) -> WorkerGroup:
-        return await WorkerGroup.start(reservation, num_workers, resources, env)
+        return await WorkerGroup.start(reservation, num_workers, resources, env, capture_child_tasks)

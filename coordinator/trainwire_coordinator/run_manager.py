@@ -6,7 +6,7 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 import pyarrow.fs as pafs
@@ -87,9 +87,14 @@ def _record(run: coordinator_pb2.Run, idempotency_key: str = "") -> RunRecord:
     )
 
 
-def check_feasible(scaling: common_pb2.ScalingConfig, total: dict[str, float], num_nodes: int) -> None:
-    """Raises ResourceExhaustedError when the cluster as it is cannot hold the run."""
-    bundles = bundles_for(scaling)  # an elastic run needs room for its smallest group only
+def check_feasible(
+    scaling: common_pb2.ScalingConfig,
+    total: dict[str, float],
+    num_nodes: int,
+    side: Sequence[dict[str, float]] = (),
+) -> None:
+    """Raises ResourceExhaustedError when the cluster as it is cannot hold the run (``side``: its side bundles)."""
+    bundles = bundles_for(scaling) + list(side)  # an elastic run needs room for its smallest group only
     if scaling.placement_strategy == "STRICT_SPREAD" and len(bundles) > num_nodes:
         raise ResourceExhaustedError(
             f"the run can never be placed: STRICT_SPREAD puts each of {len(bundles)} workers on its own "
@@ -103,8 +108,9 @@ def check_feasible(scaling: common_pb2.ScalingConfig, total: dict[str, float], n
     short = {k: (v, total.get(k, 0)) for k, v in need.items() if v > total.get(k, 0)}
     if short:
         detail = ", ".join(f"{v:g} {k} (cluster has {have:g})" for k, (v, have) in short.items())
+        what = f"{len(bundles) - len(side)} workers x {bundles[0]}" + (f" and {len(side)} side bundles" if side else "")
         raise ResourceExhaustedError(
-            f"the run can never be placed: {len(bundles)} workers x {bundles[-1]} need {detail}; "
+            f"the run can never be placed: {what} need {detail}; "
             "lower scaling_config.num_workers or resources_per_worker",
             field="scaling_config.num_workers",
         )
@@ -118,6 +124,7 @@ def wait_until_feasible(
     poll_s: float = 0.5,
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
+    side: Sequence[dict[str, float]] = (),
 ) -> None:
     """Waits up to ``wait_s`` for a cluster too small for the run to grow, then refuses it.
 
@@ -132,11 +139,12 @@ def wait_until_feasible(
         poll_s: How often to look again.
         sleep: Waits between looks (tests pass a fake clock's).
         clock: Seconds, for the deadline (asking Ray takes time too).
+        side: The run's side bundles (``CoordinatorBackend.side_bundles``).
     """
     started, logged = clock(), False
     while True:
         try:
-            check_feasible(scaling, *cluster())
+            check_feasible(scaling, *cluster(), side)
             return
         except ResourceExhaustedError as exc:
             waited = clock() - started
@@ -315,7 +323,12 @@ class RunManager:
                     field="resume_from_checkpoint",
                 )
         if check_capacity:
-            wait_until_feasible(backend.placement_scaling(request.scaling_config), cluster_view, self.capacity_wait_s)
+            wait_until_feasible(
+                backend.placement_scaling(request),
+                cluster_view,
+                self.capacity_wait_s,
+                side=backend.side_bundles(request),
+            )
         return run_config, datasets
 
     async def fit(self, request: coordinator_pb2.FitRequest) -> coordinator_pb2.Run:

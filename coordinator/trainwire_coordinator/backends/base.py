@@ -74,9 +74,17 @@ class CoordinatorBackend:
         """Environment variables the worker processes need at start."""
         return {}
 
-    def placement_scaling(self, scaling: common_pb2.ScalingConfig) -> common_pb2.ScalingConfig:
-        """The scaling the run's reservation is made from (default: the request's as it is)."""
-        return scaling
+    def placement_scaling(self, request: coordinator_pb2.FitRequest) -> common_pb2.ScalingConfig:
+        """The scaling the run's workers are placed from (default: the request's as it is)."""
+        return request.scaling_config
+
+    def side_bundles(self, request: coordinator_pb2.FitRequest) -> list[dict[str, float]]:
+        """Bundles reserved after the workers' for Ray actors the training function starts itself.
+
+        When there are any, the workers' child actors are captured into the run's placement
+        group (RLlib's env runners find their bundles there by index).
+        """
+        return []
 
 
 def check_tabular_datasets(datasets: dict[str, DatasetSchema], label_column: str, field: str) -> None:

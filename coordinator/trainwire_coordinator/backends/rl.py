@@ -1,4 +1,9 @@
-"""RLlib: one worker runs the algorithm; the coordinator checks the algorithm and environment by name."""
+"""RLlib: one worker runs the algorithm; the coordinator checks it by name and reserves its runners' bundles.
+
+The worker is the algorithm's own process (bundle 0, as in RLlib's resource request);
+remote env runners, evaluation runners and learners get the bundles after it, in the
+order RLlib places them inside a placement group.
+"""
 
 from __future__ import annotations
 
@@ -8,11 +13,12 @@ import importlib.util
 import os
 
 from trainwire.rllib.framework import FRAMEWORK
+from trainwire.rllib.settings import placement_bundles, settings_of
 from trainwire_coordinator.backends.base import CoordinatorBackend
 from trainwire_core.dataset_schema import DatasetSchema
 from trainwire_core.errors import InvalidArgumentError
 from trainwire_core.structs import struct_to_dict
-from trainwire_core.v1 import coordinator_pb2
+from trainwire_core.v1 import common_pb2, coordinator_pb2
 
 
 @functools.lru_cache(maxsize=1)
@@ -77,10 +83,12 @@ class RLBackend(CoordinatorBackend):
         spec = request.rl
         if request.scaling_config.num_workers > 1:
             raise InvalidArgumentError(
-                "RLTrainer trains on one worker (env runners and learner in its process); "
-                "set scaling_config.num_workers=1",
+                "RLTrainer's one worker is the algorithm's process; remote env runners are "
+                "rl.config.env_runners.num_env_runners (or rl.flat_config's num_workers)",
                 field="scaling_config.num_workers",
             )
+        if spec.HasField("flat_config") and struct_to_dict(spec.config):
+            raise InvalidArgumentError("give rl.config or rl.flat_config, not both", field="rl.flat_config")
         if not spec.algorithm:
             raise InvalidArgumentError("rl.algorithm is required (e.g. 'PPO')", field="rl.algorithm")
         known = known_algorithms()
@@ -89,7 +97,17 @@ class RLBackend(CoordinatorBackend):
                 f"unknown RLlib algorithm {spec.algorithm!r}; known: {', '.join(sorted(known))}",
                 field="rl.algorithm",
             )
-        _check_env(spec.env)
+        flat_env = struct_to_dict(spec.flat_config).get("env") if spec.HasField("flat_config") else None
+        if flat_env is not None and not isinstance(flat_env, str):
+            raise InvalidArgumentError(
+                "rl.flat_config.env must be a gymnasium environment id", field="rl.flat_config.env"
+            )
+        _check_env(spec.env or flat_env or "")
+        try:
+            placement_bundles(settings_of(spec))
+        except ValueError as exc:
+            field = "rl.flat_config" if spec.HasField("flat_config") else "rl.config"
+            raise InvalidArgumentError(f"{field}: {exc}", field=field) from exc
         if spec.num_iterations < 1:
             raise InvalidArgumentError(
                 f"rl.num_iterations must be >= 1, got {spec.num_iterations}", field="rl.num_iterations"
@@ -100,3 +118,17 @@ class RLBackend(CoordinatorBackend):
                     f"rl.config.{section} must be a mapping of AlgorithmConfig.{section}() arguments",
                     field=f"rl.config.{section}",
                 )
+
+    def placement_scaling(self, request: coordinator_pb2.FitRequest) -> common_pb2.ScalingConfig:
+        """One worker, the algorithm's process, with the first bundle of RLlib's resource request."""
+        placed = common_pb2.ScalingConfig()
+        placed.CopyFrom(request.scaling_config)
+        if request.rl.HasField("flat_config"):
+            placed.resources_per_worker.clear()
+            placed.resources_per_worker.update(placement_bundles(settings_of(request.rl))[0])
+            placed.trainer_resources.clear()
+        return placed
+
+    def side_bundles(self, request: coordinator_pb2.FitRequest) -> list[dict[str, float]]:
+        """The remote env runners', evaluation runners' and learners' bundles, in RLlib's order."""
+        return placement_bundles(settings_of(request.rl))[1:]

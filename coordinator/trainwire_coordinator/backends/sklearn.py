@@ -28,8 +28,9 @@ class SklearnBackend(CoordinatorBackend):
             raise InvalidArgumentError("sklearn.estimator is required", field="sklearn.estimator")
         check_tabular_datasets(datasets, spec.label_column, "sklearn.label_column")
 
-    def placement_scaling(self, scaling: common_pb2.ScalingConfig) -> common_pb2.ScalingConfig:
+    def placement_scaling(self, request: coordinator_pb2.FitRequest) -> common_pb2.ScalingConfig:
         """The one worker is the trainer (as Ray's trainer actor): ``trainer_resources`` is what it reserves."""
+        scaling = request.scaling_config
         if not any(v > 0 for v in scaling.trainer_resources.values()):
             return scaling
         placed = common_pb2.ScalingConfig()

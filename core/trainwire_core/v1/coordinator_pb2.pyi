@@ -82,16 +82,18 @@ class SklearnSpec(_message.Message):
     def __init__(self, pickled_estimator: _Optional[bytes] = ..., estimator_class: _Optional[str] = ..., estimator_params: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., label_column: _Optional[str] = ..., cv: _Optional[int] = ..., scoring: _Optional[_Iterable[str]] = ..., return_train_score_cv: _Optional[bool] = ..., parallelize_cv: _Optional[int] = ...) -> None: ...
 
 class RLSpec(_message.Message):
-    __slots__ = ("algorithm", "env", "config", "num_iterations")
+    __slots__ = ("algorithm", "env", "config", "num_iterations", "flat_config")
     ALGORITHM_FIELD_NUMBER: _ClassVar[int]
     ENV_FIELD_NUMBER: _ClassVar[int]
     CONFIG_FIELD_NUMBER: _ClassVar[int]
     NUM_ITERATIONS_FIELD_NUMBER: _ClassVar[int]
+    FLAT_CONFIG_FIELD_NUMBER: _ClassVar[int]
     algorithm: str
     env: str
     config: _struct_pb2.Struct
     num_iterations: int
-    def __init__(self, algorithm: _Optional[str] = ..., env: _Optional[str] = ..., config: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., num_iterations: _Optional[int] = ...) -> None: ...
+    flat_config: _struct_pb2.Struct
+    def __init__(self, algorithm: _Optional[str] = ..., env: _Optional[str] = ..., config: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., num_iterations: _Optional[int] = ..., flat_config: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ...) -> None: ...
 
 class PreprocessorSpec(_message.Message):
     __slots__ = ("name", "params", "steps")

@@ -1,10 +1,10 @@
 """RLlib: an algorithm by name on a gymnasium environment, trained on one worker.
 
 As Ray's old ``RLTrainer``: no user code, the request names the algorithm
-("PPO"), the environment ("CartPole-v1") and AlgorithmConfig settings by
-section ({"training": {"lr": 3e-4}, "env_runners": {...}}). Env runners and
-the learner stay inside the worker process by default (no extra Ray actors,
-which would need CPUs outside the run's placement group).
+("PPO"), the environment ("CartPole-v1") and AlgorithmConfig settings, by
+section ({"training": {"lr": 3e-4}, "env_runners": {...}}) or as Ray 2.x's flat
+dict. This worker is the algorithm's process; remote env runners, evaluation
+runners and learners land in the bundles the coordinator reserved after it.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import trainwire.rllib  # noqa: F401 - keeps RLlib from switching TensorFlow to 
 from trainwire import train
 from trainwire.checkpoint import METADATA_NAME, Checkpoint
 from trainwire.rllib.framework import FRAMEWORK
+from trainwire.rllib.settings import settings_of
 from trainwire_core.errors import InvalidArgumentError
 from trainwire_core.structs import struct_to_dict
 from trainwire_core.v1 import coordinator_pb2
@@ -46,13 +47,18 @@ _TOP_LEVEL_METRICS = (
 
 
 def build_config(spec: coordinator_pb2.RLSpec) -> Any:
-    """The AlgorithmConfig the spec describes: sections applied over in-process env runners."""
+    """The AlgorithmConfig the spec describes: a flat config, or sections over in-process env runners."""
     from ray.rllib.algorithms.registry import ALGORITHMS
 
     if spec.algorithm not in ALGORITHMS:
         raise InvalidArgumentError(f"unknown RLlib algorithm {spec.algorithm!r}", field="rl.algorithm")
     # Only this algorithm's module is imported (not all of RLlib's registry).
     _, config = ALGORITHMS[spec.algorithm]()
+    if spec.HasField("flat_config"):
+        try:
+            return config.update_from_dict(settings_of(spec))
+        except (TypeError, ValueError) as exc:
+            raise InvalidArgumentError(f"rl.flat_config: {exc}", field="rl.flat_config") from exc
     config = config.environment(spec.env).env_runners(num_env_runners=0)
     for section, settings in struct_to_dict(spec.config).items():
         method = getattr(config, section, None)
@@ -82,6 +88,9 @@ def flatten_result(result: dict[str, Any]) -> dict[str, float]:
     candidates: dict[str, Any] = {key: result.get(key) for key in _TOP_LEVEL_METRICS}
     env_runners = result.get("env_runners") or {}
     candidates.update({key: env_runners.get(key) for key in _ENV_RUNNER_METRICS})
+    candidates["num_healthy_env_runners"] = (result.get("fault_tolerance") or {}).get("num_healthy_workers")
+    evaluation = (result.get("evaluation") or {}).get("env_runners") or {}
+    candidates.update({f"evaluation/{key}": evaluation.get(key) for key in _ENV_RUNNER_METRICS})
     for module_id, module_metrics in (result.get("learners") or {}).items():
         if isinstance(module_metrics, dict):
             for key, value in module_metrics.items():
@@ -92,9 +101,38 @@ def flatten_result(result: dict[str, Any]) -> dict[str, float]:
     return metrics
 
 
+def check_placement(config: Any) -> None:
+    """Fails clearly when RLlib would ask for other bundles than the run reserved.
+
+    RLlib puts each remote runner in the bundle its index names; a layout that
+    differs would leave a runner waiting for resources nobody reserved.
+    """
+    import ray
+
+    pg = ray.util.get_current_placement_group()
+    wanted = [
+        {k: float(v) for k, v in b.items() if v} for b in config.algo_class.default_resource_request(config).bundles
+    ]
+    if pg is None:
+        if len(wanted) > 1:
+            raise InvalidArgumentError(
+                f"RLlib wants {len(wanted) - 1} remote actors but the run reserved no bundles for them",
+                field="rl.config",
+            )
+        return
+    # Bundle 0 is this worker's own (RLlib's main process); runners go by index into the rest.
+    reserved = [{k: float(v) for k, v in b.items() if v} for b in pg.bundle_specs]
+    if reserved[1:] != wanted[1:]:
+        raise InvalidArgumentError(
+            f"RLlib asks for runner bundles {wanted[1:]}, the run reserved {reserved[1:]}", field="rl.config"
+        )
+
+
 def train_rl(worker: TrainWorker, request: coordinator_pb2.FitRequest) -> None:
     spec = request.rl
-    algo = build_config(spec).build_algo()
+    config = build_config(spec)
+    check_placement(config)
+    algo = config.build_algo()
     try:
         if (checkpoint := train.get_checkpoint()) is not None:
             with checkpoint.as_directory() as d:
@@ -113,7 +151,7 @@ def train_rl(worker: TrainWorker, request: coordinator_pb2.FitRequest) -> None:
                 continue
             with tempfile.TemporaryDirectory() as tmp:
                 algo.save_to_path(tmp)
-                meta = {"framework": "rllib", "algorithm": spec.algorithm, "env": spec.env}
+                meta = {"framework": "rllib", "algorithm": spec.algorithm, "env": spec.env or str(config.env)}
                 with open(os.path.join(tmp, METADATA_NAME), "w") as f:
                     json.dump(meta, f)
                 train.report(metrics, checkpoint=Checkpoint.from_directory(tmp))
