@@ -2,9 +2,9 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-PACKAGES := core client coordinator worker predictor
+PACKAGES := core client coordinator worker predictor console
 
-.PHONY: setup demo test lint protos redis-server iproute2 twin-up twin-down deploy-check
+.PHONY: setup demo test lint protos redis-server iproute2 chromium twin-up twin-down deploy-check
 
 $(STAMP): requirements.txt constraints.txt $(addsuffix /pyproject.toml,$(PACKAGES))
 	python3 -m venv $(VENV)
@@ -19,7 +19,20 @@ $(HOROVOD_STAMP): $(STAMP) scripts/build_horovod.sh
 	PY=$(PY) scripts/build_horovod.sh
 	touch $@
 
-setup: $(STAMP) $(HOROVOD_STAMP)
+# The console's browser libraries (htmx, uPlot) from the npm registry, pinned by package-lock.json,
+# copied into its package: served from there, so the console works offline.
+CONSOLE_VENDOR := console/trainwire_console/static/vendor
+CONSOLE_STAMP := $(CONSOLE_VENDOR)/.built
+$(CONSOLE_STAMP): console/frontend/package.json console/frontend/package-lock.json
+	@command -v npm >/dev/null || { apt-get update -qq && apt-get install -y -qq npm >/dev/null; }
+	cd console/frontend && npm ci --no-audit --no-fund --silent
+	mkdir -p $(CONSOLE_VENDOR)
+	cp console/frontend/node_modules/htmx.org/dist/htmx.min.js \
+	   console/frontend/node_modules/uplot/dist/uPlot.iife.min.js \
+	   console/frontend/node_modules/uplot/dist/uPlot.min.css $(CONSOLE_VENDOR)/
+	touch $@
+
+setup: $(STAMP) $(HOROVOD_STAMP) $(CONSOLE_STAMP)
 
 # The main job: train on the embedded defaults (local Ray, SQLite, a local store), then serve predictions.
 demo: setup
@@ -33,7 +46,11 @@ redis-server:
 iproute2:
 	@command -v ip >/dev/null || { apt-get update -qq && apt-get install -y -qq iproute2 >/dev/null; }
 
-test: setup redis-server iproute2
+# The console's browser tests (tests/console) drive Debian's chromium through Playwright.
+chromium:
+	@command -v chromium >/dev/null || { apt-get update -qq && apt-get install -y -qq chromium >/dev/null; }
+
+test: setup redis-server iproute2 chromium
 	$(PY) -m pytest -q
 
 # ruff, and the import contract (.importlinter): services -> SDK -> core, never sideways or back.

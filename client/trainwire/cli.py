@@ -20,6 +20,7 @@ DEFAULT_ADDRESS = "127.0.0.1:50051"
 SERVICE_HELP = {
     "coordinator": "run the coordinator service",
     "predictor": "run the predictor service",
+    "console": "run the web console (runs, curves, logs, checkpoints, models)",
     "ray-node-health": "exit 0 when this host's Ray node is live in the cluster (a probe)",
 }
 

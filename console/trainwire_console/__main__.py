@@ -1,0 +1,5 @@
+import sys
+
+from trainwire_console.server import main
+
+sys.exit(main())

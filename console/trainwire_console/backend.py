@@ -1,0 +1,320 @@
+"""What the console's pages ask of the coordinator and the predictors, over their gRPC APIs only.
+
+Every call here blocks (the SDK's clients); the endpoints run them in threads, off the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import shutil
+import socket
+import tempfile
+import threading
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from trainwire.client import CoordinatorClient
+from trainwire.predictor_client import PredictorClient
+from trainwire_console.feeds import Feeds
+from trainwire_core.errors import InvalidArgumentError, TrainwireError
+from trainwire_core.grpc_status import from_rpc_error
+from trainwire_core.inference import grpc_service_pb2 as pb
+from trainwire_core.storage import MANIFEST_NAME
+from trainwire_core.tls import ClientTLS
+from trainwire_core.v1 import common_pb2, coordinator_pb2
+
+STATES = [name for name in common_pb2.RunState.keys() if name != "RUN_STATE_UNSPECIFIED"]
+# ListRuns pages scanned at most for one filtered page of the runs list (name and framework
+# filters are the console's own: ListRuns filters by state only).
+MAX_SCAN_PAGES = 20
+
+
+@dataclass(frozen=True)
+class Abilities:
+    """What the console's token may do, learned from the coordinator (never assumed)."""
+
+    read: bool
+    cancel: bool
+
+
+def probe_abilities(client: CoordinatorClient) -> Abilities:
+    """Asks the coordinator what the token may do, with calls that change nothing.
+
+    The coordinator checks a call's scope before its arguments, so CancelRun with no run id
+    answers PERMISSION_DENIED (no ``cancel`` scope) or INVALID_ARGUMENT (the scope is held).
+    """
+
+    def allowed(method: str, request: Any) -> bool:
+        try:
+            getattr(client.stub, method)(request, metadata=client._metadata, timeout=10)
+        except grpc.RpcError as err:
+            return err.code() not in (grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.UNAUTHENTICATED)
+        return True
+
+    return Abilities(
+        read=allowed("ListRuns", coordinator_pb2.ListRunsRequest(page_size=1)),
+        cancel=allowed("CancelRun", coordinator_pb2.CancelRunRequest(run_id="")),
+    )
+
+
+def predictor_targets(address: str) -> list[str]:
+    """One ``host:port`` per predictor replica: a ``dns:///name:port`` resolves to each address it holds."""
+    if not address.startswith("dns:"):
+        return [address]
+    name = address.split("///", 1)[-1] if "///" in address else address[len("dns:") :]
+    host, _, port = name.rpartition(":")
+    try:
+        infos = socket.getaddrinfo(host, int(port), type=socket.SOCK_STREAM)
+    except (OSError, ValueError):
+        return [name]
+    ips = sorted({info[4][0] for info in infos})
+    return [f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}" for ip in ips] or [name]
+
+
+def run_summary(run: coordinator_pb2.Run, now_s: float) -> dict[str, Any]:
+    """A run as a row of the runs list."""
+    created = run.created_at.ToMicroseconds() / 1e6
+    return {
+        "run_id": run.run_id,
+        "name": run.name,
+        "state": common_pb2.RunState.Name(run.state),
+        "reason": run.state_reason,
+        "framework": run.framework,
+        "workers": run.request.scaling_config.num_workers,
+        "min_workers": run.request.scaling_config.min_workers,
+        "attempts": run.attempt + 1,
+        "failures": run.num_failures,
+        "submitted_by": run.submitted_by,
+        "reports": run.last_report_index,
+        "created_s": created,
+        "age_s": max(now_s - created, 0.0),
+    }
+
+
+class ConsoleBackend:
+    """The console's clients of the coordinator and the predictors, and what it keeps of them.
+
+    Args:
+        address: The coordinator's ``host:port``.
+        token: The console's bearer token for the coordinator.
+        predictor: The predictors' gRPC target ("" for none), e.g. ``dns:///predictor:8001``.
+        predictor_token: Bearer token for the predictors (default: ``token``).
+        tls: What to trust and present (default: the ``TRAINWIRE_TLS_*`` environment).
+    """
+
+    def __init__(
+        self,
+        address: str,
+        token: str | None = None,
+        predictor: str = "",
+        predictor_token: str | None = None,
+        tls: ClientTLS | None = None,
+    ) -> None:
+        self.address = address
+        self.tls = tls if tls is not None else ClientTLS.from_files()
+        self.client = CoordinatorClient(address, token=token or "", tls=self.tls)
+        self.feeds = Feeds(self.client)
+        self.predictor = predictor
+        self._predictor_token = predictor_token if predictor_token is not None else (token or "")
+        self._predictors: dict[str, PredictorClient] = {}
+        self._abilities: Abilities | None = None
+        self._downloads = Path(tempfile.mkdtemp(prefix="trainwire-console-"))
+        self._download_lock = threading.Lock()
+
+    # --- what the token may do ------------------------------------------------------
+    def abilities(self) -> Abilities:
+        if self._abilities is None:
+            self._abilities = probe_abilities(self.client)
+        return self._abilities
+
+    # --- runs -------------------------------------------------------------------------
+    def list_runs(
+        self, states: list[str], name: str, framework: str, page_size: int, page_token: str
+    ) -> tuple[list[dict[str, Any]], str]:
+        """A page of runs, newest first, filtered; and the token of the next page ("" at the end)."""
+        wanted = [common_pb2.RunState.Value(s) for s in states if s in STATES]
+        rows: list[dict[str, Any]] = []
+        now = time.time()
+        token = page_token
+        for _ in range(MAX_SCAN_PAGES):
+            response = self.client.list_runs(wanted, page_size, token)
+            for run in response.runs:
+                if name and name.lower() not in run.name.lower() and name != run.run_id:
+                    continue
+                if framework and run.framework != framework:
+                    continue
+                rows.append(run_summary(run, now))
+            token = response.next_page_token
+            if len(rows) >= page_size or not token:
+                break
+        return rows, token
+
+    def get_run(self, run: str) -> coordinator_pb2.Run:
+        return self.client.get_run(run)
+
+    def cancel(self, run: str) -> coordinator_pb2.Run:
+        return self.client.cancel_run(run)
+
+    # --- checkpoints ------------------------------------------------------------------
+    def checkpoint_dir(self, run_id: str, checkpoint_id: str) -> Path:
+        """The checkpoint's files, downloaded once through the coordinator (DownloadCheckpoint)."""
+        if "/" in checkpoint_id or checkpoint_id in ("", ".", ".."):
+            raise InvalidArgumentError("not a checkpoint id", field="checkpoint")
+        target = self._downloads / run_id / checkpoint_id
+        with self._download_lock:
+            if not target.exists():
+                partial = Path(tempfile.mkdtemp(dir=self._downloads))
+                try:
+                    self.client.download_checkpoint(f"{run_id}/{checkpoint_id}", partial)
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    os.replace(partial, target)
+                finally:
+                    shutil.rmtree(partial, ignore_errors=True)
+        return target
+
+    def checkpoint_files(self, run_id: str, checkpoint_id: str) -> list[dict[str, Any]]:
+        """The checkpoint's files with their size and sha256, as its manifest lists them."""
+        directory = self.checkpoint_dir(run_id, checkpoint_id)
+        manifest = directory / MANIFEST_NAME
+        if manifest.exists():
+            files = json.loads(manifest.read_text())["files"]
+            return [{"path": f["path"], "size_bytes": f["size_bytes"], "sha256": f["sha256"]} for f in files]
+        out = []
+        for path in sorted(p for p in directory.rglob("*") if p.is_file()):
+            data = path.read_bytes()
+            rel = path.relative_to(directory).as_posix()
+            out.append({"path": rel, "size_bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()})
+        return out
+
+    # --- logs ----------------------------------------------------------------------------
+    async def logs(self, run_id: str, ranks: list[int], after: str, follow: bool) -> AsyncIterator[list[dict]]:
+        """Batches of the workers' lines (WatchLogs), read in a thread; the stream is cancelled on exit."""
+        request = coordinator_pb2.WatchLogsRequest(run_id=run_id, ranks=ranks, follow=follow, after=after)
+        call = self.client.stub.WatchLogs(request, metadata=self.client._metadata)
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue = asyncio.Queue()
+
+        def pump() -> None:
+            try:
+                for batch in call:
+                    lines = [
+                        {"rank": ln.world_rank, "attempt": ln.attempt + 1, "stream": ln.stream, "text": ln.text}
+                        | {"cursor": ln.cursor}
+                        for ln in batch.lines
+                    ]
+                    loop.call_soon_threadsafe(queue.put_nowait, lines)
+            except grpc.RpcError as err:
+                if err.code() != grpc.StatusCode.CANCELLED:
+                    loop.call_soon_threadsafe(queue.put_nowait, from_rpc_error(err))
+            finally:
+                loop.call_soon_threadsafe(queue.put_nowait, None)
+
+        threading.Thread(target=pump, daemon=True, name=f"logs-{run_id}").start()
+        try:
+            while (item := await queue.get()) is not None:
+                if isinstance(item, TrainwireError):
+                    raise item
+                yield item
+        finally:
+            call.cancel()
+
+    # --- models ----------------------------------------------------------------------------
+    def _predictor(self, target: str) -> PredictorClient:
+        client = self._predictors.get(target)
+        if client is None:
+            client = PredictorClient(target, timeout_s=10, tls=self.tls, token=self._predictor_token)
+            self._predictors[target] = client
+        return client
+
+    def models(self) -> list[dict[str, Any]]:
+        """Each served model version, with its statistics summed over the replicas that serve it."""
+        if not self.predictor:
+            return []
+        rows: dict[tuple[str, str], dict[str, Any]] = {}
+        for target in predictor_targets(self.predictor):
+            client = self._predictor(target)
+            try:
+                index = client._call("RepositoryIndex", pb.RepositoryIndexRequest())
+                stats = client._call("ModelStatistics", pb.ModelStatisticsRequest())
+            except TrainwireError as err:
+                rows[("", target)] = _empty_row("", "") | {"state": "UNREACHABLE", "reason": f"{target}: {err}"}
+                continue
+            for model in index.models:
+                row = rows.setdefault((model.name, model.version), _empty_row(model.name, model.version))
+                row["replicas"].append(target)
+                row["state"] = model.state if row["state"] in ("", "UNAVAILABLE") else row["state"]
+                row["reason"] = row["reason"] or model.reason
+            for s in stats.model_stats:
+                row = rows.setdefault((s.name, s.version), _empty_row(s.name, s.version))
+                st = s.inference_stats
+                row["inference_count"] += s.inference_count
+                row["execution_count"] += s.execution_count
+                row["success_count"] += st.success.count
+                row["success_ns"] += st.success.ns
+                row["fail_count"] += st.fail.count
+                row["queue_count"] += st.queue.count
+                row["queue_ns"] += st.queue.ns
+                row["infer_ns"] += st.compute_infer.ns
+                row["last_inference_ms"] = max(row["last_inference_ms"], s.last_inference)
+        out = []
+        for row in rows.values():
+            row["mean_latency_ms"] = row["success_ns"] / row["success_count"] / 1e6 if row["success_count"] else None
+            row["mean_queue_ms"] = row["queue_ns"] / row["queue_count"] / 1e6 if row["queue_count"] else None
+            out.append(row)
+        return sorted(out, key=lambda r: (r["model"], r["version"]))
+
+    def predict(self, model: str, version: str, body: str, fmt: str) -> list[dict[str, Any]]:
+        """Scores one request from JSON (an object of columns or a list of rows) or CSV (a header and rows)."""
+        import io
+
+        import pandas as pd
+
+        if not self.predictor:
+            raise InvalidArgumentError("the console was started without --predictor", field="predictor")
+        try:
+            if fmt == "csv":
+                frame = pd.read_csv(io.StringIO(body))
+            else:
+                data = json.loads(body)
+                frame = pd.DataFrame(data if isinstance(data, list) else {k: _listed(v) for k, v in data.items()})
+        except (ValueError, TypeError) as exc:
+            raise InvalidArgumentError(f"the request is not {fmt.upper()} rows: {exc}", field="body") from None
+        result = self._predictor(self.predictor).predict(model, frame, version=version)
+        return json.loads(result.to_json(orient="records"))
+
+    def close(self) -> None:
+        self.client.close()
+        for client in self._predictors.values():
+            client.close()
+        shutil.rmtree(self._downloads, ignore_errors=True)
+
+
+def _listed(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
+
+
+def _empty_row(model: str, version: str) -> dict[str, Any]:
+    return {
+        "model": model,
+        "version": version,
+        "state": "",
+        "reason": "",
+        "replicas": [],
+        "inference_count": 0,
+        "execution_count": 0,
+        "success_count": 0,
+        "success_ns": 0,
+        "fail_count": 0,
+        "queue_count": 0,
+        "queue_ns": 0,
+        "infer_ns": 0,
+        "last_inference_ms": 0,
+    }

@@ -1,0 +1,201 @@
+"""Each open run's events, read once from the coordinator's WatchRun and kept for every page that shows it.
+
+A feed follows one run in a thread of its own (the blocking gRPC stream stays off the event loop):
+it keeps the reports as columns (for curves), the timeline (state changes, failures, checkpoints),
+and hands every new event to the pages following it. A hundred pages on one run cost one stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import math
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from trainwire.client import TERMINAL_STATES, CoordinatorClient
+from trainwire_console.downsample import minmax
+from trainwire_core.errors import TrainwireError
+from trainwire_core.structs import struct_to_dict
+from trainwire_core.v1 import common_pb2, coordinator_pb2
+
+# Runs kept in memory at once (least recently opened are dropped first).
+MAX_FEEDS = 64
+
+
+def flatten(metrics: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested metrics as ``a/b`` keys."""
+    flat: dict[str, Any] = {}
+    for key, value in metrics.items():
+        if isinstance(value, dict):
+            flat.update(flatten(value, f"{prefix}{key}/"))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def event_to_dict(event: coordinator_pb2.RunEvent, created_s: float) -> dict[str, Any]:
+    """A RunEvent as the page takes it: ``kind``, ``event_id``, ``t`` (seconds since the run was created)."""
+    kind = event.WhichOneof("kind")
+    out: dict[str, Any] = {"event_id": event.event_id, "kind": kind, "t": event.time.ToMicroseconds() / 1e6 - created_s}
+    if kind == "metrics":
+        out["report_index"] = event.metrics.report_index
+        out["metrics"] = {
+            k: v for k, v in flatten(struct_to_dict(event.metrics.metrics)).items() if _number(v) is not None
+        }
+    elif kind == "state_change":
+        out["state"] = common_pb2.RunState.Name(event.state_change.state)
+        out["reason"] = event.state_change.reason
+    elif kind == "checkpoint":
+        c = event.checkpoint
+        out["checkpoint"] = {"id": c.checkpoint_id, "index": c.index, "size_bytes": c.size_bytes}
+    elif kind == "worker_error":
+        e = event.worker_error
+        out["error"] = {"rank": e.world_rank, "attempt": e.attempt, "type": e.exc_type, "message": e.message}
+    return out
+
+
+@dataclass
+class RunFeed:
+    """One run's events so far, and the pages waiting for the next ones."""
+
+    run_id: str
+    created_s: float
+    event_ids: list[int] = field(default_factory=list)
+    report_index: list[float] = field(default_factory=list)
+    seconds: list[float] = field(default_factory=list)
+    # metric -> one value per report (NaN where a report lacks it).
+    columns: dict[str, list[float]] = field(default_factory=dict)
+    # Everything that is not a report, in order (state changes, failures, checkpoints).
+    timeline: list[dict[str, Any]] = field(default_factory=list)
+    last_event_id: int = 0
+    ended: bool = False
+    # The stream broke off (the coordinator went away): the next page to open the run reads it again.
+    failed: bool = False
+    # Set once the stream has sent what the coordinator had when the feed opened.
+    caught_up: threading.Event = field(default_factory=threading.Event)
+    _subscribers: set[tuple[asyncio.AbstractEventLoop, asyncio.Queue]] = field(default_factory=set)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def add(self, event: coordinator_pb2.RunEvent) -> dict[str, Any]:
+        item = event_to_dict(event, self.created_s)
+        with self._lock:
+            if item["kind"] == "metrics":
+                n = len(self.event_ids)
+                self.event_ids.append(event.event_id)
+                self.report_index.append(float(item["report_index"]))
+                self.seconds.append(item["t"])
+                for name, value in item["metrics"].items():
+                    column = self.columns.get(name)
+                    if column is None:
+                        column = self.columns[name] = [math.nan] * n
+                    column.append(float(value))
+                for column in self.columns.values():
+                    if len(column) < n + 1:
+                        column.append(math.nan)
+            else:
+                self.timeline.append(item)
+            self.last_event_id = event.event_id
+            subscribers = list(self._subscribers)
+        for loop, queue in subscribers:
+            loop.call_soon_threadsafe(queue.put_nowait, item)
+        return item
+
+    def add_end(self) -> None:
+        """Tells the following pages that the stream has ended (the run is over)."""
+        with self._lock:
+            subscribers = list(self._subscribers)
+        for loop, queue in subscribers:
+            loop.call_soon_threadsafe(queue.put_nowait, None)
+
+    def subscribe(self, queue: asyncio.Queue) -> Callable[[], None]:
+        """Sends every new event to ``queue`` (on the running loop); returns the call that stops it."""
+        key = (asyncio.get_running_loop(), queue)
+        with self._lock:
+            self._subscribers.add(key)
+        return lambda: self._subscribers.discard(key)
+
+    def since(self, after_event_id: int) -> list[dict[str, Any]]:
+        """The events after ``after_event_id`` that a reconnecting page missed (reports rebuilt from columns)."""
+        with self._lock:
+            start = bisect.bisect_right(self.event_ids, after_event_id)
+            items = [
+                {
+                    "event_id": self.event_ids[i],
+                    "kind": "metrics",
+                    "t": self.seconds[i],
+                    "report_index": int(self.report_index[i]),
+                    "metrics": {k: c[i] for k, c in self.columns.items() if not math.isnan(c[i])},
+                }
+                for i in range(start, len(self.event_ids))
+            ]
+            items += [e for e in self.timeline if e["event_id"] > after_event_id]
+        return sorted(items, key=lambda e: e["event_id"])
+
+    def series(self, metrics: list[str], x: str, width: int) -> dict[str, Any]:
+        """The chosen metrics against ``x`` (``training_iteration`` or ``time``), at most 2 points a pixel."""
+        with self._lock:
+            xs = np.asarray(self.report_index if x == "training_iteration" else self.seconds, dtype=np.float64)
+            columns = {m: np.asarray(self.columns[m], dtype=np.float64) for m in metrics if m in self.columns}
+            last, count = self.last_event_id, len(self.event_ids)
+            timeline = [e for e in self.timeline if e["event_id"] <= last]
+        out = {}
+        for name, ys in columns.items():
+            sx, sy = minmax(xs, ys, width)
+            out[name] = {"x": sx.tolist(), "y": sy.tolist()}
+        return {"run_id": self.run_id, "last_event_id": last, "reports": count, "series": out, "timeline": timeline}
+
+
+class Feeds:
+    """The feeds of the runs pages have opened, each followed by one thread.
+
+    Args:
+        client: The coordinator's client (the console's token).
+    """
+
+    def __init__(self, client: CoordinatorClient) -> None:
+        self.client = client
+        self._feeds: OrderedDict[str, RunFeed] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, run: coordinator_pb2.Run) -> RunFeed:
+        """The run's feed, opened (and its thread started) on first use."""
+        with self._lock:
+            feed = self._feeds.get(run.run_id)
+            if feed is not None and not feed.failed:
+                self._feeds.move_to_end(run.run_id)
+                return feed
+            feed = RunFeed(run.run_id, run.created_at.ToMicroseconds() / 1e6)
+            self._feeds[run.run_id] = feed
+            while len(self._feeds) > MAX_FEEDS:
+                self._feeds.popitem(last=False)
+        target = run.last_report_index if run.state not in TERMINAL_STATES else None
+        threading.Thread(target=self._follow, args=(feed, target), daemon=True, name=f"feed-{run.run_id}").start()
+        return feed
+
+    def _follow(self, feed: RunFeed, target_report: int | None) -> None:
+        """Reads the run's stream to its end; marks the feed caught up once it holds what the run had."""
+        if target_report == 0:
+            feed.caught_up.set()
+        try:
+            for event in self.client.watch_run(feed.run_id, feed.last_event_id):
+                item = feed.add(event)
+                if target_report and item["kind"] == "metrics" and item["report_index"] >= target_report:
+                    feed.caught_up.set()
+        except TrainwireError:
+            feed.failed = True
+        finally:
+            feed.ended = True
+            feed.caught_up.set()
+            feed.add_end()

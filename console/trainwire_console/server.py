@@ -1,0 +1,66 @@
+"""``trainwire console``: the web console, served by uvicorn."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+from trainwire_core.tls import ClientTLS
+
+DEFAULT_PORT = 8265
+DEFAULT_ADDRESS = "127.0.0.1:50051"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    env = os.environ.get
+    parser = argparse.ArgumentParser(
+        prog="trainwire console", description="A web page of runs, curves, logs, checkpoints and served models."
+    )
+    parser.add_argument(
+        "--address",
+        default=env("TRAINWIRE_ADDRESS") or DEFAULT_ADDRESS,
+        help=f"coordinator host:port (default: $TRAINWIRE_ADDRESS or {DEFAULT_ADDRESS})",
+    )
+    parser.add_argument(
+        "--token", default=env("TRAINWIRE_TOKEN"), help="the console's token (default: $TRAINWIRE_TOKEN)"
+    )
+    parser.add_argument(
+        "--predictor",
+        default=env("TRAINWIRE_PREDICTOR_ADDRESS", ""),
+        help="predictors' gRPC target; dns:///name:port reaches every replica (default: $TRAINWIRE_PREDICTOR_ADDRESS)",
+    )
+    parser.add_argument(
+        "--predictor-token",
+        default=env("TRAINWIRE_PREDICTOR_TOKEN"),
+        help="token for the predictors (default: $TRAINWIRE_PREDICTOR_TOKEN, else --token)",
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: loopback only)")
+    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"HTTP port (default: {DEFAULT_PORT})")
+    parser.add_argument("--tls-ca", default=env("TRAINWIRE_TLS_CA", ""), help="PEM CA that verifies the services")
+    parser.add_argument("--tls-cert", default=env("TRAINWIRE_TLS_CERT", ""), help="PEM client certificate (mTLS)")
+    parser.add_argument("--tls-key", default=env("TRAINWIRE_TLS_KEY", ""), help="PEM key of --tls-cert")
+    parser.add_argument("--log-level", default="warning", help="uvicorn's log level")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Serves the console until interrupted (SIGINT or SIGTERM)."""
+    import uvicorn
+
+    from trainwire_console.app import create_app
+    from trainwire_console.backend import ConsoleBackend
+
+    args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    tls = ClientTLS.from_files(args.tls_ca, args.tls_cert, args.tls_key)
+    backend = ConsoleBackend(args.address, args.token, args.predictor, args.predictor_token, tls)
+    app = create_app(backend)
+    print(f"trainwire console on http://{args.host}:{args.port} (coordinator {args.address})", flush=True)
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, timeout_graceful_shutdown=3)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,245 @@
+"""The console in a real browser (Debian's chromium, driven by Playwright) against a live coordinator and predictor.
+
+One coordinator, one predictor, two console processes (an ``admin`` and a ``read``-only token) and one
+browser serve every test here; the runs are tiny. Screenshots of each page go to tests/console/artifacts/.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from console_helpers import ADMIN_TOKEN, READER_TOKEN, wait_ended
+
+pytestmark = pytest.mark.timeout(180)
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+ARTIFACTS = Path(__file__).parent / "artifacts"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _start_console(address: str, token: str, predictor: str, log: Path) -> tuple[subprocess.Popen, str]:
+    port = _free_port()
+    cmd = [sys.executable, "-m", "trainwire_console", "--address", address, "--token", token, "--port", str(port)]
+    cmd += ["--predictor", predictor]
+    proc = subprocess.Popen(cmd, stdout=open(log, "wb"), stderr=subprocess.STDOUT, start_new_session=True)  # noqa: SIM115
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            pytest.fail(f"the console exited with {proc.returncode}:\n{log.read_text()}")
+        try:
+            with urllib.request.urlopen(f"{url}/healthz", timeout=2) as answer:
+                if answer.status == 200:
+                    return proc, url
+        except OSError:
+            time.sleep(0.1)
+    pytest.fail(f"the console did not answer within 30s:\n{log.read_text()}")
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """Ends the console's process group (it was started in a session of its own)."""
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(10)
+    except ProcessLookupError:
+        return
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def live_loop(config):
+    """Reports a falling loss and prints a line, a few times a second, until cancelled."""
+    import time
+
+    from trainwire import train
+
+    for i in range(config["steps"]):
+        print(f"step {i} of the live run", flush=True)
+        train.report({"loss": 1.0 / (i + 1), "lr": 0.1})
+        time.sleep(config["pause_s"])
+
+
+@pytest.fixture(scope="module")
+def predictor(console_coordinator):
+    from trainwire_predictor.server import PredictorThread
+    from trainwire_predictor.settings import PredictorSettings
+
+    store = console_coordinator.server.runs.store
+    thread = PredictorThread(PredictorSettings(port=0, store=store.uri, index_refresh_s=0.2, compile_tree_models=False))
+    thread.start()
+    yield thread.server.address
+    thread.stop()
+
+
+@pytest.fixture(scope="module")
+def model_run(admin_client):
+    """A tiny XGBoost model (one worker, 3 rounds): a run with a checkpoint the predictor serves."""
+    from trainwire import RunConfig, ScalingConfig
+    from trainwire.xgboost import XGBoostTrainer
+
+    rng = np.random.default_rng(0)
+    frame = pd.DataFrame({"a": rng.normal(size=200), "b": rng.normal(size=200)})
+    frame["target"] = (frame.a + frame.b > 0).astype(int)
+    trainer = XGBoostTrainer(
+        params={"objective": "binary:logistic", "max_depth": 2, "nthread": 1},
+        label_column="target",
+        num_boost_round=3,
+        datasets={"train": frame},
+        scaling_config=ScalingConfig(num_workers=1),
+        run_config=RunConfig(name="console-model", verbose=0),
+    )
+    run = admin_client.fit(trainer.build_request(admin_client))
+    run = wait_ended(admin_client, run.run_id, 120)
+    assert run.state == 5, run.state_reason  # SUCCEEDED
+    return run
+
+
+@pytest.fixture(scope="module")
+def consoles(console_address, predictor, tmp_path_factory):
+    """Two consoles on the same services: one with an admin token, one with a read-only token."""
+    logs = tmp_path_factory.mktemp("console-logs")
+    admin, admin_url = _start_console(console_address, ADMIN_TOKEN, predictor, logs / "admin.log")
+    reader, reader_url = _start_console(console_address, READER_TOKEN, predictor, logs / "reader.log")
+    yield {"admin": admin_url, "reader": reader_url}
+    _stop(admin)
+    _stop(reader)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    if not os.path.exists(CHROMIUM):
+        pytest.fail("chromium is not installed (make test installs it: apt-get install chromium)")
+    ARTIFACTS.mkdir(exist_ok=True)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def page(browser):
+    context = browser.new_context(viewport={"width": 1280, "height": 900}, accept_downloads=True)
+    page = context.new_page()
+    page.set_default_timeout(20_000)
+    yield page
+    context.close()
+
+
+def test_runs_page_lists_a_run(page, consoles, model_run):
+    page.goto(consoles["admin"] + "/")
+    row = page.locator(f"#run-{model_run.run_id}")
+    row.wait_for()
+    assert "console-model" in row.inner_text() and "SUCCEEDED" in row.inner_text()
+    # Filtering by a state the run is not in hides it.
+    page.goto(consoles["admin"] + "/?state=FAILED")
+    assert page.locator(f"#run-{model_run.run_id}").count() == 0
+    page.goto(consoles["admin"] + "/?name=console-mod")
+    page.locator(f"#run-{model_run.run_id}").wait_for()
+    page.screenshot(path=str(ARTIFACTS / "runs.png"), full_page=True)
+
+
+def test_a_live_run_curve_grows_logs_follow_and_cancel_ends_it(page, browser, consoles, submit, admin_client):
+    run = submit(live_loop, "console-live", {"steps": 400, "pause_s": 0.15})
+    page.goto(f"{consoles['admin']}/runs/{run.run_id}")
+    page.wait_for_function("window.trainwire.chartPoints() > 0", timeout=60_000)
+    before = page.evaluate("window.trainwire.chartPoints()")
+    page.wait_for_function(f"window.trainwire.chartPoints() > {before + 5}")
+    # The logs follow: lines written after the page opened arrive.
+    page.wait_for_function("document.querySelector('#logs').textContent.includes('step 3 of the live run')")
+    later = page.evaluate("document.querySelector('#logs').children.length")
+    page.wait_for_function(f"document.querySelector('#logs').children.length > {later}")
+    page.screenshot(path=str(ARTIFACTS / "run.png"), full_page=True)
+
+    # A read-only token is never offered the cancel button, on the same live run.
+    reader = browser.new_page()
+    reader.goto(f"{consoles['reader']}/runs/{run.run_id}")
+    reader.locator("#run-state").wait_for()
+    assert reader.locator("#cancel").count() == 0
+    assert reader.request.post(f"{consoles['reader']}/runs/{run.run_id}/cancel").status == 403
+    reader.screenshot(path=str(ARTIFACTS / "run-read-only.png"))
+    reader.close()
+
+    page.locator("#cancel").click()
+    ended = wait_ended(admin_client, run.run_id, 60)
+    assert ended.state == 7  # CANCELLED
+    page.wait_for_function("document.querySelector('#run-state').textContent === 'CANCELLED'")
+    assert page.locator("#cancel").count() == 0
+
+
+def test_a_checkpoint_downloads_and_its_sha256_matches(page, consoles, model_run):
+    page.goto(f"{consoles['admin']}/runs/{model_run.run_id}")
+    page.locator("a.files").first.click()
+    page.locator("td.sha256").first.wait_for()
+    listed = {
+        row.locator("a.file").inner_text(): row.locator("td.sha256").inner_text()
+        for row in page.locator("table.files tbody tr").all()
+    }
+    assert listed
+    page.screenshot(path=str(ARTIFACTS / "checkpoint.png"), full_page=True)
+    # One file on its own, then the whole checkpoint as a zip.
+    name = next(iter(listed))
+    with page.expect_download() as info:
+        page.locator("a.file", has_text=name).click()
+    assert hashlib.sha256(Path(info.value.path()).read_bytes()).hexdigest() == listed[name]
+    with page.expect_download() as info:
+        page.locator("a.download").first.click()
+    with zipfile.ZipFile(io.BytesIO(Path(info.value.path()).read_bytes())) as archive:
+        for path, sha in listed.items():
+            assert hashlib.sha256(archive.read(path)).hexdigest() == sha, path
+
+
+def test_the_model_page_shows_statistics_that_grow(page, consoles, model_run):
+    page.goto(f"{consoles['admin']}/models?model=console-model")
+    row = page.locator("tr.model[data-model='console-model']").first
+    row.wait_for(timeout=30_000)
+    count = int(row.locator("[data-field=inference_count]").inner_text())
+    # A request from the page's form, as JSON columns.
+    page.fill("#predict-form input[name=model]", "console-model")
+    page.fill("#predict-form textarea[name=body]", '{"a": [0.5, -1.0], "b": [0.2, -0.3]}')
+    page.click("#predict-form button[type=submit]")
+    page.locator("#predict-result table.predictions, #predict-result pre.error").wait_for()
+    assert page.locator("#predict-result pre.error").count() == 0, page.inner_text("#predict-result")
+    assert page.locator("#predict-result table.predictions tbody tr").count() == 2
+    # And one as a CSV row.
+    page.select_option("#predict-form select[name=format]", "csv")
+    page.fill("#predict-form textarea[name=body]", "a,b\n1.0,1.0")
+    page.click("#predict-form button[type=submit]")
+    page.wait_for_function("document.querySelectorAll('#predict-result table.predictions tbody tr').length === 1")
+    page.wait_for_function(
+        "document.querySelector(\"tr.model[data-model='console-model'] [data-field=inference_count]\")"
+        f".textContent.trim() >= {count + 3}",
+        timeout=30_000,
+    )
+    page.screenshot(path=str(ARTIFACTS / "models.png"), full_page=True)
