@@ -36,6 +36,7 @@ EXAMPLES = {
     "batch_predictor_predict_docstring.py": [],
     "batch_predictor_pipelined_docstring.py": [],
     "rl_trainer_docstring.py": [],
+    "huggingface_trainer_docstring.py": [],
 }
 
 
@@ -54,6 +55,7 @@ def test_every_port_is_listed_and_says_where_it_came_from():
 def test_ray24_example_runs_unchanged_but_for_its_marked_lines(script, tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TRAINWIRE_", "RAY_ADDRESS"))}
     env["HOME"] = str(tmp_path)  # the embedded coordinator's state file, its own
+    env["HF_HUB_OFFLINE"] = "1"  # the HuggingFace port's tokenizer ships in a package; nothing from a hub
     proc = subprocess.Popen(
         [sys.executable, str(COMPAT / script), *EXAMPLES[script]],
         cwd=tmp_path,  # no service starts here
