@@ -10,10 +10,14 @@ Serves one XGBoost booster (breast cancer, 30 features, 20 trees) on loopback:
   virtualenv, created on first use under ~/.cache/trainwire-bench, as MLServer needs protobuf 6);
 - trainwire-threads: a second predictor process with ``TRAINWIRE_PREDICTOR_INLINE_BUDGET_US=0``,
   every model call on its worker threads (what short calls on the event loop save);
-- bare: a grpc.aio server answering ModelInfer with a fixed response (the transport's ceiling).
+- bare: a grpc.aio server answering ModelInfer with a fixed response (the transport's ceiling);
+- trainwire-rest and mlserver-rest: the same trainwire predictor process and the same MLServer
+  process over REST (KServe v2 JSON on their HTTP ports), the same 32 rows as one [32, 30] FP64
+  JSON tensor.
 
 One load generator (grpc.aio in its own process, the same serialized 32-row raw FP64
-ModelInferRequest for all, only the model name differs) runs at concurrency 1, 8 and 32.
+ModelInferRequest for all, only the model name differs) runs at concurrency 1, 8 and 32;
+REST rows get one aiohttp client in its own process, the same JSON body for both servers.
 Every cell is measured ``--trials`` times; within a trial the servers take turns in a
 rotating order, so load from elsewhere on the machine falls on all of them alike, and
 each cell reports the median of its trials.
@@ -24,6 +28,7 @@ prebuilt raw request, one call at a time, the two interleaved call by call.
 Targets (issue 8): at concurrency 32 trainwire >= 0.8x the bare ceiling and >= 4x MLServer's
 throughput; at concurrency 1 >= 0.7x the bare ceiling; p99 <= 0.5x MLServer's at every
 concurrency; the scaler model <= 1.2x the plain one's cost; the SDK <= 1.3x the raw request at p50.
+Issue 20: REST >= 3x MLServer's REST at concurrency 8 and 32, its c=32 p99 <= 0.5x MLServer's.
 
 Run: .venv/bin/python bench/predictor_throughput.py [--seconds 3] [--trials 3] [--skip-mlserver] [--json out.json]
 """
@@ -170,11 +175,14 @@ def bare_server(port: int) -> None:
     asyncio.run(main())
 
 
-def start_predictor(workdir: Path, port: int, name: str, env: dict[str, str] | None = None) -> subprocess.Popen:
-    """``python -m trainwire_predictor`` on the bench's store, logging to ``<name>.log``."""
+def start_predictor(
+    workdir: Path, port: int, name: str, env: dict[str, str] | None = None, http_port: int | None = None
+) -> subprocess.Popen:
+    """``python -m trainwire_predictor`` on the bench's store, logging to ``<name>.log``; REST too on ``http_port``."""
     log = open(workdir / f"{name}.log", "w")  # noqa: SIM115 - lives as long as the server
+    http = ["--http-port", str(http_port)] if http_port is not None else []
     return subprocess.Popen(
-        [sys.executable, "-m", "trainwire_predictor", "--port", str(port), "--store", str(workdir / "store")],
+        [sys.executable, "-m", "trainwire_predictor", "--port", str(port), "--store", str(workdir / "store"), *http],
         stdout=log,
         stderr=log,
         env={**os.environ, **(env or {})},
@@ -196,14 +204,14 @@ def ensure_mlserver() -> Path:
     return mlserver
 
 
-def mlserver_dir(workdir: Path, model_dir: Path, grpc_port: int) -> Path:
+def mlserver_dir(workdir: Path, model_dir: Path, grpc_port: int, http_port: int) -> Path:
     """MLServer's settings and model folder for the plain booster."""
     root = workdir / "mlserver"
     (root / MODEL).mkdir(parents=True)
     shutil.copy(model_dir / "model.ubj", root / MODEL / "model.ubj")
     settings = {
         "grpc_port": grpc_port,
-        "http_port": free_port(),
+        "http_port": http_port,
         "metrics_port": free_port(),
         "metrics_endpoint": None,
         "parallel_workers": 0,
@@ -271,9 +279,91 @@ def load(port: int, concurrency: int, seconds: float, warmup_s: float, request: 
     return asyncio.run(main())
 
 
-def load_in_subprocess(port: int, concurrency: int, seconds: float, warmup_s: float, request_file: Path) -> dict:
-    """``load`` in a fresh process (so the load generator never shares a GIL with a server under test)."""
-    argv = ["--load", str(port), str(concurrency), str(seconds), str(warmup_s), str(request_file)]
+def rest_body(request: bytes) -> bytes:
+    """The JSON body of the same rows as a serialized ModelInferRequest: one [N, F] FP64 tensor."""
+    import numpy as np
+
+    from trainwire_core.inference import grpc_service_pb2 as pb
+
+    parsed = pb.ModelInferRequest.FromString(request)
+    shape = list(parsed.inputs[0].shape)
+    rows = np.frombuffer(parsed.raw_input_contents[0], dtype="<f8")
+    tensor = {"name": "input", "datatype": "FP64", "shape": shape, "data": rows.tolist()}
+    return json.dumps({"inputs": [tensor]}).encode()
+
+
+def rest_url(port: int, model: str) -> str:
+    return f"http://127.0.0.1:{port}/v2/models/{model}/infer"
+
+
+def wait_rest_ready(port: int, body: bytes, timeout_s: float = 180.0) -> None:
+    """Waits until ``POST /v2/models/<MODEL>/infer`` answers ``body`` with 200."""
+    import urllib.error
+    import urllib.request
+
+    deadline = time.monotonic() + timeout_s
+    last: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            req = urllib.request.Request(rest_url(port, MODEL), body, {"content-type": "application/json"})
+            with urllib.request.urlopen(req, timeout=5) as response:
+                if response.status == 200:
+                    return
+        except (OSError, urllib.error.URLError) as exc:
+            last = exc
+        time.sleep(0.5)
+    raise RuntimeError(f"REST server on port {port} never answered: {last}")
+
+
+def rest_load(port: int, concurrency: int, seconds: float, warmup_s: float, body: bytes) -> dict[str, float]:
+    """``load`` over REST: closed-loop aiohttp callers on kept-alive connections."""
+    import aiohttp
+    import numpy as np
+
+    url = rest_url(port, MODEL)
+    headers = {"content-type": "application/json"}
+
+    async def main() -> dict[str, float]:
+        connector = aiohttp.TCPConnector(limit=concurrency)
+        async with aiohttp.ClientSession(connector=connector) as session:
+            latencies: list[float] = []
+            errors = 0
+            start = time.perf_counter()
+            measure_from = start + warmup_s
+            stop_at = measure_from + seconds
+
+            async def caller() -> None:
+                nonlocal errors
+                while (now := time.perf_counter()) < stop_at:
+                    try:
+                        async with session.post(url, data=body, headers=headers) as response:
+                            await response.read()
+                            if response.status != 200:
+                                errors += 1
+                    except aiohttp.ClientError:
+                        errors += 1
+                    done = time.perf_counter()
+                    if now >= measure_from:
+                        latencies.append(done - now)
+
+            await asyncio.gather(*(caller() for _ in range(concurrency)))
+            lat = np.array(latencies) * 1000
+            return {
+                "rps": len(lat) / seconds,
+                "p50_ms": float(np.percentile(lat, 50)) if len(lat) else float("nan"),
+                "p99_ms": float(np.percentile(lat, 99)) if len(lat) else float("nan"),
+                "errors": errors,
+            }
+
+    return asyncio.run(main())
+
+
+def load_in_subprocess(
+    port: int, concurrency: int, seconds: float, warmup_s: float, request_file: Path, kind: str = "grpc"
+) -> dict:
+    """``load`` (or ``rest_load``) in a fresh process (so the load generator never shares a GIL with a server)."""
+    flag = "--rest-load" if kind == "rest" else "--load"
+    argv = [flag, str(port), str(concurrency), str(seconds), str(warmup_s), str(request_file)]
     out = subprocess.run([sys.executable, __file__, *argv], check=True, capture_output=True, text=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -345,7 +435,7 @@ def median_cell(trials: list[dict[str, float]]) -> dict[str, float]:
 
 
 def targets(cells: dict[tuple[str, int], dict[str, float]], sdk: dict | None) -> list[dict[str, Any]]:
-    """Each of issue 8's targets: what it compares, the measured ratio, the bound and whether it holds."""
+    """Each target of issues 8 and 20: what it compares, the measured ratio, the bound and whether it holds."""
     rows: list[dict[str, Any]] = []
 
     def add(label: str, value: float, bound: float, at_least: bool) -> None:
@@ -361,6 +451,12 @@ def targets(cells: dict[tuple[str, int], dict[str, float]], sdk: dict | None) ->
         add("c=32 throughput, trainwire / MLServer", tw[32]["rps"] / ml[32]["rps"], 4.0, True)
         for c in CONCURRENCY:
             add(f"c={c:<2} p99, trainwire / MLServer", tw[c]["p99_ms"] / ml[c]["p99_ms"], 0.5, False)
+    if ("mlserver-rest", 32) in cells:
+        rest = {c: cells[("trainwire-rest", c)] for c in CONCURRENCY}
+        ml_rest = {c: cells[("mlserver-rest", c)] for c in CONCURRENCY}
+        for c in (8, 32):
+            add(f"c={c:<2} REST throughput, trainwire / MLServer", rest[c]["rps"] / ml_rest[c]["rps"], 3.0, True)
+        add("c=32 REST p99, trainwire / MLServer", rest[32]["p99_ms"] / ml_rest[32]["p99_ms"], 0.5, False)
     for c in CONCURRENCY:
         scaled = cells[("trainwire+scaler", c)]
         # Cost per request: the inverse of throughput, so the same 1.2x bound reads both ways.
@@ -390,7 +486,7 @@ def report(args: argparse.Namespace, cells: dict[tuple[str, int], dict[str, floa
             figures = f"{r['calls_per_s']:>8.0f} {r['mean_ms']:>8.3f} {r['p50_ms']:>8.3f} {r['p99_ms']:>8.3f}"
             print(f"{labels[name]:<36} {figures}")
     rows = targets(cells, sdk)
-    print("\ntargets (issue 8)")
+    print("\ntargets (issues 8 and 20)")
     print(f"{'':<44} {'ratio':>6} {'target':>8}")
     for row in rows:
         print(f"{row['target']:<44} {row['value']:>6.2f} {row['bound']:>8}  {'met' if row['met'] else 'MISSED'}")
@@ -409,6 +505,7 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="also write the figures here")
     parser.add_argument("--bare-server", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--load", nargs=5, help=argparse.SUPPRESS)
+    parser.add_argument("--rest-load", nargs=5, help=argparse.SUPPRESS)
     parser.add_argument("--sdk-load", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.bare_server:
@@ -418,6 +515,10 @@ def main() -> None:
         port, conc, secs, warm, request_file = args.load
         result = load(int(port), int(conc), float(secs), float(warm), Path(request_file).read_bytes())
         print(json.dumps(result))
+        return
+    if args.rest_load:
+        port, conc, secs, warm, body_file = args.rest_load
+        print(json.dumps(rest_load(int(port), int(conc), float(secs), float(warm), Path(body_file).read_bytes())))
         return
     if args.sdk_load:
         port, secs, warm, request_file = args.sdk_load
@@ -431,45 +532,47 @@ def main() -> None:
         requests = {MODEL: workdir / "request.bin", SCALED_MODEL: workdir / "request-scaled.bin"}
         requests[MODEL].write_bytes(request)
         requests[SCALED_MODEL].write_bytes(train_scaled_model(workdir))
-        # name -> (port, request file)
-        servers: dict[str, tuple[int, Path]] = {}
+        body_file = workdir / "body.json"
+        body_file.write_bytes(rest_body(request))
+        # name -> (port, request file, protocol)
+        servers: dict[str, tuple[int, Path, str]] = {}
 
-        port = free_port()
-        procs.append(start_predictor(workdir, port, "trainwire"))
-        servers["trainwire"] = (port, requests[MODEL])
-        servers["trainwire+scaler"] = (port, requests[SCALED_MODEL])
+        port, http_port = free_port(), free_port()
+        procs.append(start_predictor(workdir, port, "trainwire", http_port=http_port))
+        servers["trainwire"] = (port, requests[MODEL], "grpc")
+        servers["trainwire+scaler"] = (port, requests[SCALED_MODEL], "grpc")
+        servers["trainwire-rest"] = (http_port, body_file, "rest")
         # The same predictor with every model call on its threads (none on the event loop).
         port = free_port()
         procs.append(start_predictor(workdir, port, "trainwire-threads", {"TRAINWIRE_PREDICTOR_INLINE_BUDGET_US": "0"}))
-        servers["trainwire-threads"] = (port, requests[MODEL])
+        servers["trainwire-threads"] = (port, requests[MODEL], "grpc")
         if not args.skip_mlserver:
-            port = free_port()
+            port, http_port = free_port(), free_port()
             mlserver = ensure_mlserver()
             log = open(workdir / "mlserver.log", "w")  # noqa: SIM115 - lives as long as the server
-            procs.append(
-                subprocess.Popen(
-                    [str(mlserver), "start", str(mlserver_dir(workdir, model_dir, port))], stdout=log, stderr=log
-                )
-            )
-            servers["mlserver"] = (port, requests[MODEL])
+            settings_dir = mlserver_dir(workdir, model_dir, port, http_port)
+            procs.append(subprocess.Popen([str(mlserver), "start", str(settings_dir)], stdout=log, stderr=log))
+            servers["mlserver"] = (port, requests[MODEL], "grpc")
+            servers["mlserver-rest"] = (http_port, body_file, "rest")
         port = free_port()
         procs.append(
             subprocess.Popen([sys.executable, __file__, "--bare-server", str(port)], stdout=subprocess.DEVNULL)
         )
-        servers["bare"] = (port, requests[MODEL])
-        for port, request_file in servers.values():
-            wait_ready(port, request_file.read_bytes())  # the first call also loads (and compiles) the model
+        servers["bare"] = (port, requests[MODEL], "grpc")
+        for port, request_file, kind in servers.values():
+            # The first call also loads (and compiles) the model.
+            (wait_rest_ready if kind == "rest" else wait_ready)(port, request_file.read_bytes())
 
         # Unrecorded load first: a freshly started MLServer runs at a third of its speed for its first seconds.
-        for port, request_file in servers.values():
-            load_in_subprocess(port, 8, args.server_warmup_s, 0.0, request_file)
+        for port, request_file, kind in servers.values():
+            load_in_subprocess(port, 8, args.server_warmup_s, 0.0, request_file, kind)
         trials: dict[tuple[str, int], list[dict]] = {(name, c): [] for c in CONCURRENCY for name in servers}
         names = list(servers)
         for trial in range(args.trials):
             for conc in CONCURRENCY:
                 for name in names[trial % len(names) :] + names[: trial % len(names)]:
-                    port, request_file = servers[name]
-                    result = load_in_subprocess(port, conc, args.seconds, args.warmup_s, request_file)
+                    port, request_file, kind = servers[name]
+                    result = load_in_subprocess(port, conc, args.seconds, args.warmup_s, request_file, kind)
                     trials[(name, conc)].append(result)
                     print(
                         f"trial {trial + 1} {name:<17} c={conc:<2} {result['rps']:>7.0f} req/s  "

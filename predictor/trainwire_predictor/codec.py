@@ -11,13 +11,13 @@ from typing import Any
 import numpy as np
 
 from trainwire_core.errors import InvalidArgumentError
-from trainwire_core.inference.codec import NUMERIC, datatype_of
-from trainwire_predictor.inference import InferenceRequest, InferenceResponse
+from trainwire_core.inference.codec import NUMERIC
+from trainwire_predictor.inference import InferenceRequest, InferenceResponse, datatype_name
 from trainwire_predictor.model_repository import LoadedModel
 
 
 def _check_datatype(name: str, arr: np.ndarray, expected: str, field: str) -> None:
-    got = datatype_of(arr.dtype)
+    got = datatype_name(arr.dtype)
     if (expected in NUMERIC) != (got in NUMERIC):
         raise InvalidArgumentError(f"input {name!r} has datatype {got}, but the model expects {expected}", field=field)
 

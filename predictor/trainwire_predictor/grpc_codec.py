@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from trainwire_core.errors import InvalidArgumentError
 from trainwire_core.inference import grpc_service_pb2 as pb
-from trainwire_core.inference.codec import CONTENTS_FIELDS, datatype_of, fill_contents, to_raw
-from trainwire_predictor.inference import InferenceRequest, InferenceResponse, InputTensor
+from trainwire_core.inference.codec import CONTENTS_FIELDS, fill_contents, to_raw
+from trainwire_predictor.inference import InferenceRequest, InferenceResponse, InputTensor, datatype_name
 
 
 def request_from_proto(request: pb.ModelInferRequest) -> InferenceRequest:
@@ -69,7 +69,7 @@ def response_to_proto(response: InferenceResponse, raw: bool) -> pb.ModelInferRe
         model_name=response.model_name, model_version=response.model_version, id=response.id
     )
     for name, arr in response.outputs:
-        tensor = message.outputs.add(name=name, datatype=datatype_of(arr.dtype), shape=arr.shape)
+        tensor = message.outputs.add(name=name, datatype=datatype_name(arr.dtype), shape=arr.shape)
         if raw:
             message.raw_output_contents.append(to_raw(arr))
         else:

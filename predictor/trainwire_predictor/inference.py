@@ -10,6 +10,7 @@ which each front end encodes its own way.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -18,7 +19,10 @@ from typing import Any
 import numpy as np
 
 from trainwire_core.errors import InvalidArgumentError
-from trainwire_core.inference.codec import DTYPES, check_shape, from_raw
+from trainwire_core.inference.codec import DTYPES, check_shape, datatype_of, from_raw
+
+# The datatype of a numpy dtype, looked up once per dtype (on every request and output otherwise).
+datatype_name = functools.cache(datatype_of)
 
 
 @dataclass(slots=True)
