@@ -33,9 +33,10 @@ import grpc
 import uvicorn
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
 
 from trainwire_core.auth import ADMIN, PREDICT, TokenTable
 from trainwire_core.errors import (
@@ -94,6 +95,16 @@ def _tensors(specs: list[TensorSpec]) -> list[dict[str, Any]]:
     return [{"name": s.name, "datatype": s.datatype, "shape": list(s.shape)} for s in specs]
 
 
+class _AsgiEndpoint:
+    """Has Starlette's router call an ``async (scope, receive, send)`` method as an ASGI app (not a view)."""
+
+    def __init__(self, app: Callable[[Scope, Receive, Send], Awaitable[None]]) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self.app(scope, receive, send)
+
+
 class RestFrontEnd:
     """The REST endpoints of one predictor.
 
@@ -109,10 +120,9 @@ class RestFrontEnd:
         self.max_body_bytes = max_body_bytes
 
     # --- plumbing --------------------------------------------------------------
-    def _authorize(self, request: Request, scope: str) -> None:
+    def _authorize(self, header: str | None, scope: str) -> None:
         if self.tokens is None:
             return
-        header = request.headers.get("authorization")
         caller = self.tokens.identify([("authorization", header)] if header is not None else [])
         if caller is None:
             raise UnauthenticatedError(_UNAUTHENTICATED)
@@ -133,6 +143,26 @@ class RestFrontEnd:
             chunks.append(chunk)
         return b"".join(chunks)
 
+    async def _receive_body(self, declared: bytes | None, receive: Receive) -> bytes:
+        """``_body`` on the ASGI messages themselves."""
+        limit = self.max_body_bytes
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            raise BodyTooLargeError(
+                f"the request body has {declared.decode()} bytes, over the limit of {limit}", field="body"
+            )
+        chunks, size = [], 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                raise ClientDisconnect()
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > limit:
+                raise BodyTooLargeError(f"the request body is over the limit of {limit} bytes", field="body")
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
     async def _json_body(self, request: Request) -> dict[str, Any]:
         """An optional JSON object body (repository calls); empty means {}."""
         body = await self._body(request)
@@ -152,7 +182,7 @@ class RestFrontEnd:
             @functools.wraps(endpoint)
             async def guarded(request: Request) -> Response:
                 if scope is not None:
-                    self._authorize(request, scope)
+                    self._authorize(request.headers.get("authorization"), scope)
                 return await endpoint(request)
 
             return Route(path, guarded, methods=[method])
@@ -161,8 +191,8 @@ class RestFrontEnd:
         version = "/v2/models/{model}/versions/{version}"
         # Matched in order: inference first, as it is nearly all the traffic.
         return [
-            route(f"{model}/infer", self.infer, "POST", PREDICT),
-            route(f"{version}/infer", self.infer, "POST", PREDICT),
+            Route(f"{model}/infer", _AsgiEndpoint(self.infer), methods=["POST"]),
+            Route(f"{version}/infer", _AsgiEndpoint(self.infer), methods=["POST"]),
             route("/v2/health/live", self.live, "GET", None),
             route("/v2/health/ready", self.ready, "GET", None),
             route("/v2", self.server_metadata, "GET", PREDICT),
@@ -238,18 +268,24 @@ class RestFrontEnd:
         # The protocol answers "not ready" with a 4xx status.
         return json_response({"name": name, "ready": False, "error": f"model {name!r} is not ready"}, 400)
 
-    async def infer(self, request: Request) -> Response:
-        p = request.path_params
-        body = await self._body(request)
+    async def infer(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """``POST .../infer`` as a plain ASGI app: nearly all the traffic, so no Request and Response objects."""
+        headers = dict(scope["headers"])
+        auth = headers.get(b"authorization")
+        self._authorize(auth.decode("latin-1") if auth is not None else None, PREDICT)
+        body = await self._receive_body(headers.get(b"content-length"), receive)
+        length = headers.get(HEADER_LENGTH.encode())
+        p = scope["path_params"]
         infer_request, form = parse_infer_request(
-            body, request.headers.get(HEADER_LENGTH), p["model"], p.get("version", "")
+            body, length.decode("latin-1") if length is not None else None, p["model"], p.get("version", "")
         )
-
-        def encode(response: Any) -> Response:
-            content, headers = encode_infer_response(response, form)
-            return Response(content, 200, headers=headers)
-
-        return await self.dataplane.infer(infer_request, encode)
+        content, content_headers = await self.dataplane.infer(
+            infer_request, functools.partial(encode_infer_response, form=form)
+        )
+        raw_headers = [(k.encode(), v.encode()) for k, v in content_headers.items()]
+        raw_headers.append((b"content-length", str(len(content)).encode()))
+        await send({"type": "http.response.start", "status": 200, "headers": raw_headers})
+        await send({"type": "http.response.body", "body": content})
 
     async def stats(self, request: Request) -> Response:
         p = request.path_params
