@@ -38,6 +38,8 @@ HERE = Path(__file__).parent
 MAX_WIDTH_PX = 4000
 # How often the runs list asks the coordinator for changes to push to open pages.
 LIST_POLL_S = 1.0
+# How long a curve request waits for a run's history before answering with what has arrived.
+SERIES_WAIT_S = 0.5
 # A comment line keeps idle event streams open through proxies.
 KEEPALIVE_S = 15.0
 
@@ -184,13 +186,15 @@ def create_app(backend: ConsoleBackend) -> Starlette:
         except TrainwireError as err:
             return _error_response(err)
         feed = backend.feeds.get(run)
-        # The first look at a run waits (briefly) for what it had reported so far.
-        await call(feed.caught_up.wait, 10.0)
+        # The first look at a run waits briefly for what it had reported so far; a long history
+        # arrives in parts (the page asks again until ``complete``), so the page never stalls.
+        await call(feed.caught_up.wait, SERIES_WAIT_S)
         x = "time" if q.get("x") == "time" else "training_iteration"
         width = min(max(int(q.get("width", "800") or 800), 10), MAX_WIDTH_PX)
         metrics = [m for m in q.get("metrics", "").split(",") if m] or sorted(feed.columns)
         body = feed.series(metrics, x, width)
         body |= {"name": run.name, "state": common_pb2.RunState.Name(run.state), "metrics": sorted(feed.columns)}
+        body["complete"] = feed.caught_up.is_set()
         return JSONResponse(body)
 
     async def run_events(request: Request) -> Response:

@@ -178,12 +178,13 @@ const trainwire = (() => {
     if (main) {
       chart.reports = main.reports;
       main.metrics.forEach(addMetricChoice);
-      if (!chart.timelineDrawn) {
+      if (!chart.timelineDrawn && main.complete) {
         main.timeline.forEach(timelineItem);
         chart.timelineDrawn = true;
       }
       pending.filter((ev) => ev.event_id > main.last_event_id).forEach(addReport);
-      if (!chart.source && !chart.ended) follow(main.last_event_id);
+      if (!main.complete) setTimeout(loadCurves, 300); // a long history still arriving at the console
+      else if (!chart.source && !chart.ended) follow(main.last_event_id);
     }
     draw();
   }
