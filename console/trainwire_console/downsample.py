@@ -14,14 +14,15 @@ def minmax(xs: np.ndarray, ys: np.ndarray, width: int) -> tuple[np.ndarray, np.n
     keep = ~np.isnan(ys)
     xs, ys = xs[keep], ys[keep]
     width = max(int(width), 1)
-    if len(xs) <= 2 * width:
+    n = len(xs)
+    if n <= 2 * width:
         return xs, ys
-    edges = np.linspace(0, len(xs), width + 1).astype(np.int64)
-    # Where in each slice its low and high are (the first of equal values).
-    idx = np.empty(2 * width, dtype=np.int64)
-    for k, (a, b) in enumerate(zip(edges[:-1], edges[1:], strict=True)):
-        segment = ys[a:b]
-        lo, hi = a + int(np.argmin(segment)), a + int(np.argmax(segment))
-        idx[2 * k], idx[2 * k + 1] = min(lo, hi), max(lo, hi)
-    idx = np.unique(idx)
+    starts = np.linspace(0, n, width + 1).astype(np.int64)[:-1]
+    bucket = np.repeat(np.arange(width), np.diff(np.append(starts, n)))
+    # The first point of each slice that equals the slice's low (and high): vectorised, O(n).
+    lows = np.minimum.reduceat(ys, starts)[bucket] == ys
+    highs = np.maximum.reduceat(ys, starts)[bucket] == ys
+    low_at = np.unique(bucket[lows], return_index=True)[1]
+    high_at = np.unique(bucket[highs], return_index=True)[1]
+    idx = np.union1d(np.flatnonzero(lows)[low_at], np.flatnonzero(highs)[high_at])
     return xs[idx], ys[idx]

@@ -84,6 +84,7 @@ class RunFeed:
     caught_up: threading.Event = field(default_factory=threading.Event)
     _subscribers: set[tuple[asyncio.AbstractEventLoop, asyncio.Queue]] = field(default_factory=set)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _arrays: dict[str, np.ndarray] = field(default_factory=dict)
 
     def add(self, event: coordinator_pb2.RunEvent) -> dict[str, Any]:
         item = event_to_dict(event, self.created_s)
@@ -140,11 +141,18 @@ class RunFeed:
             items += [e for e in self.timeline if e["event_id"] > after_event_id]
         return sorted(items, key=lambda e: e["event_id"])
 
+    def _array(self, key: str, values: list[float]) -> np.ndarray:
+        """``values`` as an array, converted again only once reports have arrived (a run's pages share it)."""
+        cached = self._arrays.get(key)
+        if cached is None or len(cached) != len(values):
+            cached = self._arrays[key] = np.asarray(values, dtype=np.float64)
+        return cached
+
     def series(self, metrics: list[str], x: str, width: int) -> dict[str, Any]:
         """The chosen metrics against ``x`` (``training_iteration`` or ``time``), at most 2 points a pixel."""
         with self._lock:
-            xs = np.asarray(self.report_index if x == "training_iteration" else self.seconds, dtype=np.float64)
-            columns = {m: np.asarray(self.columns[m], dtype=np.float64) for m in metrics if m in self.columns}
+            xs = self._array(f"x:{x}", self.report_index if x == "training_iteration" else self.seconds)
+            columns = {m: self._array(f"m:{m}", self.columns[m]) for m in metrics if m in self.columns}
             last, count = self.last_event_id, len(self.event_ids)
             timeline = [e for e in self.timeline if e["event_id"] <= last]
         out = {}

@@ -243,3 +243,24 @@ def test_the_model_page_shows_statistics_that_grow(page, consoles, model_run):
         timeout=30_000,
     )
     page.screenshot(path=str(ARTIFACTS / "models.png"), full_page=True)
+
+
+def test_a_run_stream_resumes_after_the_last_event_id(consoles, model_run):
+    """What a browser sends when its event stream reconnects: only the events after it come back."""
+
+    def events(headers: dict[str, str]) -> list[tuple[str, str]]:
+        request = urllib.request.Request(f"{consoles['admin']}/api/runs/{model_run.run_id}/events", headers=headers)
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            text = answer.read().decode()
+        out = []
+        for block in text.strip().split("\n\n"):
+            fields = dict(line.split(": ", 1) for line in block.splitlines() if ": " in line)
+            out.append((fields.get("id", ""), fields.get("event", "")))
+        return out
+
+    everything = events({})
+    assert everything[-1][1] == "end" and len(everything) > 3
+    ids = [int(i) for i, _ in everything[:-1]]
+    assert ids == sorted(ids)
+    resumed = events({"Last-Event-ID": str(ids[1])})
+    assert [int(i) for i, _ in resumed[:-1]] == ids[2:]
