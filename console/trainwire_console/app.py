@@ -29,6 +29,7 @@ from starlette.templating import Jinja2Templates
 
 from trainwire.client import TERMINAL_STATES
 from trainwire_console.backend import STATES, ConsoleBackend, run_summary
+from trainwire_console.live_list import RunsWatcher
 from trainwire_core.errors import TrainwireError
 from trainwire_core.structs import struct_to_dict
 from trainwire_core.v1 import common_pb2
@@ -80,6 +81,8 @@ def _error_response(err: TrainwireError) -> Response:
 def create_app(backend: ConsoleBackend) -> Starlette:
     """The console's Starlette application over ``backend``."""
 
+    watcher = RunsWatcher(backend.client, LIST_POLL_S)
+
     async def call(fn: Any, *args: Any) -> Any:
         return await asyncio.to_thread(fn, *args)
 
@@ -109,29 +112,20 @@ def create_app(backend: ConsoleBackend) -> Starlette:
         return page(request, template, rows=rows, next_token=next_token, filters=f, states=STATES)
 
     async def runs_live(request: Request) -> Response:
-        """Events ``run`` (a row that changed state or reports) for the runs on the first page."""
+        """Events ``run``: a row of the newest runs that changed state, attempts or reports."""
 
         async def stream() -> AsyncIterator[str]:
-            # The first poll sends every row too: a run may have changed since the page was drawn.
-            seen: dict[str, tuple] = {}
-            last_sent = time.monotonic()
-            while not await request.is_disconnected():
-                try:
-                    response = await call(backend.client.list_runs, [], 200, "")
-                except TrainwireError:
-                    await asyncio.sleep(LIST_POLL_S)
-                    continue
-                now = time.time()
-                for run in response.runs:
-                    key = (run.state, run.state_reason, run.attempt, run.last_report_index)
-                    if seen.get(run.run_id) != key:
-                        seen[run.run_id] = key
-                        yield _sse("run", run_summary(run, now))
-                        last_sent = time.monotonic()
-                if time.monotonic() - last_sent > KEEPALIVE_S:
-                    yield ": keep-alive\n\n"
-                    last_sent = time.monotonic()
-                await asyncio.sleep(LIST_POLL_S)
+            queue = watcher.subscribe()
+            try:
+                while True:
+                    try:
+                        row = await asyncio.wait_for(queue.get(), KEEPALIVE_S)
+                    except TimeoutError:
+                        yield ": keep-alive\n\n"
+                        continue
+                    yield _sse("run", row)
+            finally:
+                watcher.unsubscribe(queue)
 
         return StreamingResponse(stream(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
 

@@ -191,11 +191,23 @@ def test_a_live_run_curve_grows_logs_follow_and_cancel_ends_it(page, browser, co
     reader.screenshot(path=str(ARTIFACTS / "run-read-only.png"))
     reader.close()
 
+    # An open runs list sees the run change state (and colour) without a reload.
+    runs_list = browser.new_page()
+    runs_list.goto(consoles["admin"] + "/")
+    state_cell = runs_list.locator(f"#run-{run.run_id} [data-field=state]")
+    state_cell.wait_for()
+    assert state_cell.inner_text() == "RUNNING"
+
     page.locator("#cancel").click()
     ended = wait_ended(admin_client, run.run_id, 60)
     assert ended.state == 7  # CANCELLED
     page.wait_for_function("document.querySelector('#run-state').textContent === 'CANCELLED'")
     assert page.locator("#cancel").count() == 0
+    runs_list.wait_for_function(
+        f"document.querySelector('#run-{run.run_id} [data-field=state]').classList.contains('CANCELLED')"
+    )
+    assert state_cell.inner_text() == "CANCELLED"
+    runs_list.close()
 
 
 def test_a_checkpoint_downloads_and_its_sha256_matches(page, consoles, model_run):
