@@ -22,13 +22,20 @@ from typing import Any
 from google.protobuf import json_format
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import FileResponse, HTMLResponse, JSONResponse, Response, StreamingResponse
+from starlette.responses import (
+    FileResponse,
+    HTMLResponse,
+    JSONResponse,
+    RedirectResponse,
+    Response,
+    StreamingResponse,
+)
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
 from trainwire.client import TERMINAL_STATES
-from trainwire_console.backend import STATES, ConsoleBackend, run_summary
+from trainwire_console.backend import STATES, ConsoleBackend, Session, run_summary
 from trainwire_console.live_list import RunsWatcher
 from trainwire_core.errors import TrainwireError
 from trainwire_core.structs import struct_to_dict
@@ -43,6 +50,9 @@ LIST_POLL_S = 1.0
 SERIES_WAIT_S = 0.5
 # A comment line keeps idle event streams open through proxies.
 KEEPALIVE_S = 15.0
+
+# The cookie that holds a signed-in user's token.
+COOKIE = "trainwire_token"
 
 templates = Jinja2Templates(directory=str(HERE / "templates"))
 
@@ -71,11 +81,13 @@ def _sse(event: str, data: Any, event_id: str | int | None = None) -> str:
     return f"{head}event: {event}\ndata: {json.dumps(data, allow_nan=False)}\n\n"
 
 
+def _status_of(err: TrainwireError) -> int:
+    codes = {"NOT_FOUND": 404, "PERMISSION_DENIED": 403, "UNAUTHENTICATED": 401, "INVALID_ARGUMENT": 400}
+    return codes.get(err.code.name, 502)
+
+
 def _error_response(err: TrainwireError) -> Response:
-    status = {"NOT_FOUND": 404, "PERMISSION_DENIED": 403, "UNAUTHENTICATED": 401, "INVALID_ARGUMENT": 400}.get(
-        err.code.name, 502
-    )
-    return JSONResponse({"error": err.code.name, "message": err.message}, status_code=status)
+    return JSONResponse({"error": err.code.name, "message": err.message}, status_code=_status_of(err))
 
 
 def create_app(backend: ConsoleBackend) -> Starlette:
@@ -86,10 +98,29 @@ def create_app(backend: ConsoleBackend) -> Starlette:
     async def call(fn: Any, *args: Any) -> Any:
         return await asyncio.to_thread(fn, *args)
 
-    def page(request: Request, name: str, **context: Any) -> HTMLResponse:
-        abilities = backend.abilities()
-        context |= {"abilities": abilities, "models_enabled": bool(backend.predictor)}
-        return templates.TemplateResponse(request, name, context)
+    def session_of(request: Request) -> Session:
+        return backend.session(request.cookies.get(COOKIE))
+
+    async def page(request: Request, name: str, status_code: int = 200, **context: Any) -> HTMLResponse:
+        abilities = await call(session_of(request).abilities)
+        context |= {
+            "abilities": abilities,
+            "models_enabled": bool(backend.predictor),
+            "signed_in": bool(request.cookies.get(COOKIE)),
+        }
+        return templates.TemplateResponse(request, name, context, status_code=status_code)
+
+    async def page_error(request: Request, err: TrainwireError) -> Response:
+        """An HTML page's failed call: a token that may not read is sent to sign in."""
+        if err.code.name in ("UNAUTHENTICATED", "PERMISSION_DENIED"):
+            return RedirectResponse(f"/signin?why={urllib.parse.quote(err.message)}", status_code=303)
+        return await page(request, "signin.html", status_code=_status_of(err), error=f"{err.code.name}: {err.message}")
+
+    def forged(request: Request) -> Response | None:
+        """Refuses a POST that another site's page could have sent (a plain cross-site form sets no such header)."""
+        if request.headers.get("HX-Request") or request.headers.get("X-Requested-By") == "trainwire-console":
+            return None
+        return JSONResponse({"error": "PERMISSION_DENIED", "message": "send X-Requested-By: trainwire-console"}, 403)
 
     # --- runs list -------------------------------------------------------------------
     def _filters(request: Request) -> dict[str, Any]:
@@ -103,16 +134,22 @@ def create_app(backend: ConsoleBackend) -> Starlette:
         }
 
     async def runs_page(request: Request) -> Response:
-        await call(backend.abilities)
         f = _filters(request)
-        rows, next_token = await call(
-            backend.list_runs, f["states"], f["name"], f["framework"], f["page_size"], f["page_token"]
-        )
+        session = session_of(request)
+        try:
+            rows, next_token = await call(
+                session.list_runs, f["states"], f["name"], f["framework"], f["page_size"], f["page_token"]
+            )
+        except TrainwireError as err:
+            return await page_error(request, err)
         template = "runs_table.html" if request.headers.get("HX-Request") else "runs.html"
-        return page(request, template, rows=rows, next_token=next_token, filters=f, states=STATES)
+        return await page(request, template, rows=rows, next_token=next_token, filters=f, states=STATES)
 
     async def runs_live(request: Request) -> Response:
         """Events ``run``: a row of the newest runs that changed state, attempts or reports."""
+
+        if not (await call(session_of(request).abilities)).read:
+            return JSONResponse({"error": "PERMISSION_DENIED", "message": "the token may not read runs"}, 403)
 
         async def stream() -> AsyncIterator[str]:
             queue = watcher.subscribe()
@@ -131,11 +168,12 @@ def create_app(backend: ConsoleBackend) -> Starlette:
 
     # --- a run --------------------------------------------------------------------------
     async def run_page(request: Request) -> Response:
+        session = session_of(request)
         try:
-            run = await call(backend.get_run, request.path_params["run"])
+            run = await call(session.get_run, request.path_params["run"])
         except TrainwireError as err:
-            return _error_response(err)
-        feed = backend.feeds.get(run)
+            return await page_error(request, err)
+        feed = backend.feeds.get(run, session.client)
         request_dict = json_format.MessageToDict(run.request, preserving_proto_field_name=True)
         # Pickled code is bytes nobody can read here: named, not shown.
         _elide_bytes(request_dict)
@@ -158,7 +196,7 @@ def create_app(backend: ConsoleBackend) -> Starlette:
             for c in sorted(checkpoints.values(), key=lambda c: -c.index)
         ]
         summary = run_summary(run, time.time())
-        return page(
+        return await page(
             request,
             "run.html",
             run=summary,
@@ -175,11 +213,12 @@ def create_app(backend: ConsoleBackend) -> Starlette:
     async def run_series(request: Request) -> Response:
         """The chosen metrics of a run, downsampled to the chart's width (JSON)."""
         q = request.query_params
+        session = session_of(request)
         try:
-            run = await call(backend.get_run, request.path_params["run"])
+            run = await call(session.get_run, request.path_params["run"])
         except TrainwireError as err:
             return _error_response(err)
-        feed = backend.feeds.get(run)
+        feed = backend.feeds.get(run, session.client)
         # The first look at a run waits briefly for what it had reported so far; a long history
         # arrives in parts (the page asks again until ``complete``), so the page never stalls.
         await call(feed.caught_up.wait, SERIES_WAIT_S)
@@ -193,11 +232,12 @@ def create_app(backend: ConsoleBackend) -> Starlette:
 
     async def run_events(request: Request) -> Response:
         """Server-sent events of a run: ``metrics``, ``state_change``, ``checkpoint``, ``worker_error``, ``end``."""
+        session = session_of(request)
         try:
-            run = await call(backend.get_run, request.path_params["run"])
+            run = await call(session.get_run, request.path_params["run"])
         except TrainwireError as err:
             return _error_response(err)
-        feed = backend.feeds.get(run)
+        feed = backend.feeds.get(run, session.client)
         after = request.headers.get("last-event-id") or request.query_params.get("after") or "0"
         after_id = int(after) if after.isdigit() else 0
 
@@ -238,10 +278,11 @@ def create_app(backend: ConsoleBackend) -> Starlette:
         after = request.headers.get("last-event-id") or q.get("after", "")
         follow = q.get("follow", "1") != "0"
         run_id = request.path_params["run"]
+        session = session_of(request)
 
         async def stream() -> AsyncIterator[str]:
             try:
-                async for lines in backend.logs(run_id, ranks, after, follow):
+                async for lines in session.logs(run_id, ranks, after, follow):
                     yield _sse("lines", lines, lines[-1]["cursor"] if lines else None)
             except TrainwireError as err:
                 yield _sse("failed", {"error": err.code.name, "message": err.message})
@@ -250,10 +291,13 @@ def create_app(backend: ConsoleBackend) -> Starlette:
         return StreamingResponse(stream(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
 
     async def run_cancel(request: Request) -> Response:
-        if not (await call(backend.abilities)).cancel:
-            return JSONResponse({"error": "PERMISSION_DENIED", "message": "the console's token may not cancel"}, 403)
+        if (refused := forged(request)) is not None:
+            return refused
+        session = session_of(request)
+        if not (await call(session.abilities)).cancel:
+            return JSONResponse({"error": "PERMISSION_DENIED", "message": "the token may not cancel runs"}, 403)
         try:
-            run = await call(backend.cancel, request.path_params["run"])
+            run = await call(session.cancel, request.path_params["run"])
         except TrainwireError as err:
             return _error_response(err)
         return JSONResponse(run_summary(run, time.time()))
@@ -262,15 +306,15 @@ def create_app(backend: ConsoleBackend) -> Starlette:
     async def checkpoint_files(request: Request) -> Response:
         p = request.path_params
         try:
-            files = await call(backend.checkpoint_files, p["run"], p["checkpoint"])
+            files = await call(backend.checkpoint_files, session_of(request), p["run"], p["checkpoint"])
         except TrainwireError as err:
-            return _error_response(err)
-        return page(request, "checkpoint_files.html", run_id=p["run"], checkpoint=p["checkpoint"], files=files)
+            return await page_error(request, err)
+        return await page(request, "checkpoint_files.html", run_id=p["run"], checkpoint=p["checkpoint"], files=files)
 
     async def checkpoint_file(request: Request) -> Response:
         p = request.path_params
         try:
-            directory = await call(backend.checkpoint_dir, p["run"], p["checkpoint"])
+            directory = await call(backend.checkpoint_dir, session_of(request), p["run"], p["checkpoint"])
         except TrainwireError as err:
             return _error_response(err)
         target = (directory / p["path"]).resolve()
@@ -281,7 +325,7 @@ def create_app(backend: ConsoleBackend) -> Starlette:
     async def checkpoint_zip(request: Request) -> Response:
         p = request.path_params
         try:
-            directory = await call(backend.checkpoint_dir, p["run"], p["checkpoint"])
+            directory = await call(backend.checkpoint_dir, session_of(request), p["run"], p["checkpoint"])
         except TrainwireError as err:
             return _error_response(err)
 
@@ -306,9 +350,11 @@ def create_app(backend: ConsoleBackend) -> Starlette:
         except TrainwireError as err:
             return _error_response(err)
         template = "models_table.html" if request.headers.get("HX-Request") else "models.html"
-        return page(request, template, rows=rows, selected=request.query_params.get("model", ""))
+        return await page(request, template, rows=rows, selected=request.query_params.get("model", ""))
 
     async def models_predict(request: Request) -> Response:
+        if (refused := forged(request)) is not None:
+            return refused
         # htmx posts the form urlencoded: parsed here, without a multipart parser to install.
         fields = urllib.parse.parse_qs((await request.body()).decode(), keep_blank_values=True)
         form = {key: values[0] for key, values in fields.items()}
@@ -319,7 +365,26 @@ def create_app(backend: ConsoleBackend) -> Starlette:
             error = None
         except TrainwireError as err:
             rows, error = [], f"{err.code.name}: {err.message}"
-        return page(request, "predict_result.html", rows=rows, error=error)
+        return await page(request, "predict_result.html", rows=rows, error=error)
+
+    # --- signing in ---------------------------------------------------------------------------
+    async def signin(request: Request) -> Response:
+        """A user's own token instead of the console's: kept in a cookie that only this console reads."""
+        if request.method == "GET":
+            return await page(request, "signin.html", why=request.query_params.get("why", ""))
+        fields = urllib.parse.parse_qs((await request.body()).decode(), keep_blank_values=True)
+        token = (fields.get("token") or [""])[0].strip()
+        abilities = await call(backend.session(token).abilities) if token else None
+        if abilities is None or not abilities.read:
+            return await page(request, "signin.html", status_code=401, error="the coordinator does not take that token")
+        response = RedirectResponse("/", status_code=303)
+        response.set_cookie(COOKIE, token, httponly=True, samesite="strict", secure=request.url.scheme == "https")
+        return response
+
+    async def signout(request: Request) -> Response:
+        response = RedirectResponse("/", status_code=303)
+        response.delete_cookie(COOKIE)
+        return response
 
     async def healthz(request: Request) -> Response:
         """200 while the coordinator answers the console's token; 503 otherwise (a compose healthcheck)."""
@@ -343,6 +408,8 @@ def create_app(backend: ConsoleBackend) -> Starlette:
         Route("/runs/{run}/checkpoints/{checkpoint}/files/{path:path}", checkpoint_file),
         Route("/models", models_page),
         Route("/models/predict", models_predict, methods=["POST"]),
+        Route("/signin", signin, methods=["GET", "POST"]),
+        Route("/signout", signout, methods=["POST"]),
         Route("/healthz", healthz),
         Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
     ]

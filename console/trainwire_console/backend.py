@@ -14,6 +14,7 @@ import socket
 import tempfile
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +36,8 @@ STATES = [name for name in common_pb2.RunState.keys() if name != "RUN_STATE_UNSP
 # ListRuns pages scanned at most for one filtered page of the runs list (name and framework
 # filters are the console's own: ListRuns filters by state only).
 MAX_SCAN_PAGES = 20
+# Signed-in users' sessions kept at once.
+MAX_SESSIONS = 256
 
 
 @dataclass(frozen=True)
@@ -99,43 +102,22 @@ def run_summary(run: coordinator_pb2.Run, now_s: float) -> dict[str, Any]:
     }
 
 
-class ConsoleBackend:
-    """The console's clients of the coordinator and the predictors, and what it keeps of them.
+class Session:
+    """What one token may see and do: the coordinator's client with that token, and its scopes.
 
     Args:
-        address: The coordinator's ``host:port``.
-        token: The console's bearer token for the coordinator.
-        predictor: The predictors' gRPC target ("" for none), e.g. ``dns:///predictor:8001``.
-        predictor_token: Bearer token for the predictors (default: ``token``).
-        tls: What to trust and present (default: the ``TRAINWIRE_TLS_*`` environment).
+        client: The coordinator's client, with the token.
     """
 
-    def __init__(
-        self,
-        address: str,
-        token: str | None = None,
-        predictor: str = "",
-        predictor_token: str | None = None,
-        tls: ClientTLS | None = None,
-    ) -> None:
-        self.address = address
-        self.tls = tls if tls is not None else ClientTLS.from_files()
-        self.client = CoordinatorClient(address, token=token or "", tls=self.tls)
-        self.feeds = Feeds(self.client)
-        self.predictor = predictor
-        self._predictor_token = predictor_token if predictor_token is not None else (token or "")
-        self._predictors: dict[str, PredictorClient] = {}
+    def __init__(self, client: CoordinatorClient) -> None:
+        self.client = client
         self._abilities: Abilities | None = None
-        self._downloads = Path(tempfile.mkdtemp(prefix="trainwire-console-"))
-        self._download_lock = threading.Lock()
 
-    # --- what the token may do ------------------------------------------------------
     def abilities(self) -> Abilities:
         if self._abilities is None:
             self._abilities = probe_abilities(self.client)
         return self._abilities
 
-    # --- runs -------------------------------------------------------------------------
     def list_runs(
         self, states: list[str], name: str, framework: str, page_size: int, page_token: str
     ) -> tuple[list[dict[str, Any]], str]:
@@ -163,38 +145,6 @@ class ConsoleBackend:
     def cancel(self, run: str) -> coordinator_pb2.Run:
         return self.client.cancel_run(run)
 
-    # --- checkpoints ------------------------------------------------------------------
-    def checkpoint_dir(self, run_id: str, checkpoint_id: str) -> Path:
-        """The checkpoint's files, downloaded once through the coordinator (DownloadCheckpoint)."""
-        if "/" in checkpoint_id or checkpoint_id in ("", ".", ".."):
-            raise InvalidArgumentError("not a checkpoint id", field="checkpoint")
-        target = self._downloads / run_id / checkpoint_id
-        with self._download_lock:
-            if not target.exists():
-                partial = Path(tempfile.mkdtemp(dir=self._downloads))
-                try:
-                    self.client.download_checkpoint(f"{run_id}/{checkpoint_id}", partial)
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                    os.replace(partial, target)
-                finally:
-                    shutil.rmtree(partial, ignore_errors=True)
-        return target
-
-    def checkpoint_files(self, run_id: str, checkpoint_id: str) -> list[dict[str, Any]]:
-        """The checkpoint's files with their size and sha256, as its manifest lists them."""
-        directory = self.checkpoint_dir(run_id, checkpoint_id)
-        manifest = directory / MANIFEST_NAME
-        if manifest.exists():
-            files = json.loads(manifest.read_text())["files"]
-            return [{"path": f["path"], "size_bytes": f["size_bytes"], "sha256": f["sha256"]} for f in files]
-        out = []
-        for path in sorted(p for p in directory.rglob("*") if p.is_file()):
-            data = path.read_bytes()
-            rel = path.relative_to(directory).as_posix()
-            out.append({"path": rel, "size_bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()})
-        return out
-
-    # --- logs ----------------------------------------------------------------------------
     async def logs(self, run_id: str, ranks: list[int], after: str, follow: bool) -> AsyncIterator[list[dict]]:
         """Batches of the workers' lines (WatchLogs), read in a thread; the stream is cancelled on exit."""
         request = coordinator_pb2.WatchLogsRequest(run_id=run_id, ranks=ranks, follow=follow, after=after)
@@ -225,6 +175,91 @@ class ConsoleBackend:
                 yield item
         finally:
             call.cancel()
+
+    def close(self) -> None:
+        self.client.close()
+
+
+class ConsoleBackend:
+    """The console's clients of the coordinator and the predictors, and what it keeps of them.
+
+    Args:
+        address: The coordinator's ``host:port``.
+        token: The console's bearer token for the coordinator (pages use it unless a user signs in).
+        predictor: The predictors' gRPC target ("" for none), e.g. ``dns:///predictor:8001``.
+        predictor_token: Bearer token for the predictors (default: ``token``).
+        tls: What to trust and present (default: the ``TRAINWIRE_TLS_*`` environment).
+    """
+
+    def __init__(
+        self,
+        address: str,
+        token: str | None = None,
+        predictor: str = "",
+        predictor_token: str | None = None,
+        tls: ClientTLS | None = None,
+    ) -> None:
+        self.address = address
+        self.tls = tls if tls is not None else ClientTLS.from_files()
+        self.default = Session(CoordinatorClient(address, token=token or "", tls=self.tls))
+        self.client = self.default.client
+        self.feeds = Feeds()
+        self.predictor = predictor
+        self._predictor_token = predictor_token if predictor_token is not None else (token or "")
+        self._predictors: dict[str, PredictorClient] = {}
+        # Signed-in users' sessions by token, the least recently used closed first.
+        self._sessions: OrderedDict[str, Session] = OrderedDict()
+        self._sessions_lock = threading.Lock()
+        self._downloads = Path(tempfile.mkdtemp(prefix="trainwire-console-"))
+        self._download_lock = threading.Lock()
+
+    def session(self, token: str | None) -> Session:
+        """The session of a signed-in user's token; the console's own without one."""
+        if not token:
+            return self.default
+        with self._sessions_lock:
+            session = self._sessions.get(token)
+            if session is None:
+                session = self._sessions[token] = Session(CoordinatorClient(self.address, token=token, tls=self.tls))
+                while len(self._sessions) > MAX_SESSIONS:
+                    self._sessions.popitem(last=False)[1].close()
+            self._sessions.move_to_end(token)
+        return session
+
+    # --- checkpoints ------------------------------------------------------------------
+    def checkpoint_dir(self, session: Session, run: str, checkpoint_id: str) -> Path:
+        """The checkpoint's files, downloaded once through the coordinator (DownloadCheckpoint).
+
+        The session's token must read the run (GetRun) before it is handed files another token fetched.
+        """
+        if "/" in checkpoint_id or checkpoint_id in ("", ".", ".."):
+            raise InvalidArgumentError("not a checkpoint id", field="checkpoint")
+        run_id = session.get_run(run).run_id
+        target = self._downloads / run_id / checkpoint_id
+        with self._download_lock:
+            if not target.exists():
+                partial = Path(tempfile.mkdtemp(dir=self._downloads))
+                try:
+                    session.client.download_checkpoint(f"{run_id}/{checkpoint_id}", partial)
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    os.replace(partial, target)
+                finally:
+                    shutil.rmtree(partial, ignore_errors=True)
+        return target
+
+    def checkpoint_files(self, session: Session, run: str, checkpoint_id: str) -> list[dict[str, Any]]:
+        """The checkpoint's files with their size and sha256, as its manifest lists them."""
+        directory = self.checkpoint_dir(session, run, checkpoint_id)
+        manifest = directory / MANIFEST_NAME
+        if manifest.exists():
+            files = json.loads(manifest.read_text())["files"]
+            return [{"path": f["path"], "size_bytes": f["size_bytes"], "sha256": f["sha256"]} for f in files]
+        out = []
+        for path in sorted(p for p in directory.rglob("*") if p.is_file()):
+            data = path.read_bytes()
+            rel = path.relative_to(directory).as_posix()
+            out.append({"path": rel, "size_bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()})
+        return out
 
     # --- models ----------------------------------------------------------------------------
     def _predictor(self, target: str) -> PredictorClient:
@@ -291,7 +326,9 @@ class ConsoleBackend:
         return json.loads(result.to_json(orient="records"))
 
     def close(self) -> None:
-        self.client.close()
+        self.default.close()
+        for session in self._sessions.values():
+            session.close()
         for client in self._predictors.values():
             client.close()
         shutil.rmtree(self._downloads, ignore_errors=True)

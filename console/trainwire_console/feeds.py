@@ -168,16 +168,15 @@ class RunFeed:
 class Feeds:
     """The feeds of the runs pages have opened, each followed by one thread.
 
-    Args:
-        client: The coordinator's client (the console's token).
+    A feed reads with the client of the page that opened it; every later page has shown that its
+    own token may read the run (GetRun) before it is handed the feed.
     """
 
-    def __init__(self, client: CoordinatorClient) -> None:
-        self.client = client
+    def __init__(self) -> None:
         self._feeds: OrderedDict[str, RunFeed] = OrderedDict()
         self._lock = threading.Lock()
 
-    def get(self, run: coordinator_pb2.Run) -> RunFeed:
+    def get(self, run: coordinator_pb2.Run, client: CoordinatorClient) -> RunFeed:
         """The run's feed, opened (and its thread started) on first use."""
         with self._lock:
             feed = self._feeds.get(run.run_id)
@@ -189,15 +188,17 @@ class Feeds:
             while len(self._feeds) > MAX_FEEDS:
                 self._feeds.popitem(last=False)
         target = run.last_report_index if run.state not in TERMINAL_STATES else None
-        threading.Thread(target=self._follow, args=(feed, target), daemon=True, name=f"feed-{run.run_id}").start()
+        threading.Thread(
+            target=self._follow, args=(feed, target, client), daemon=True, name=f"feed-{run.run_id}"
+        ).start()
         return feed
 
-    def _follow(self, feed: RunFeed, target_report: int | None) -> None:
+    def _follow(self, feed: RunFeed, target_report: int | None, client: CoordinatorClient) -> None:
         """Reads the run's stream to its end; marks the feed caught up once it holds what the run had."""
         if target_report == 0:
             feed.caught_up.set()
         try:
-            for event in self.client.watch_run(feed.run_id, feed.last_event_id):
+            for event in client.watch_run(feed.run_id, feed.last_event_id):
                 item = feed.add(event)
                 if target_report and item["kind"] == "metrics" and item["report_index"] >= target_report:
                     feed.caught_up.set()

@@ -187,7 +187,10 @@ def test_a_live_run_curve_grows_logs_follow_and_cancel_ends_it(page, browser, co
     reader.goto(f"{consoles['reader']}/runs/{run.run_id}")
     reader.locator("#run-state").wait_for()
     assert reader.locator("#cancel").count() == 0
-    assert reader.request.post(f"{consoles['reader']}/runs/{run.run_id}/cancel").status == 403
+    refused = reader.request.post(
+        f"{consoles['reader']}/runs/{run.run_id}/cancel", headers={"X-Requested-By": "trainwire-console"}
+    )
+    assert refused.status == 403 and "may not cancel" in refused.text()
     reader.screenshot(path=str(ARTIFACTS / "run-read-only.png"))
     reader.close()
 
@@ -276,3 +279,24 @@ def test_a_run_stream_resumes_after_the_last_event_id(consoles, model_run):
     assert ids == sorted(ids)
     resumed = events({"Last-Event-ID": str(ids[1])})
     assert [int(i) for i, _ in resumed[:-1]] == ids[2:]
+
+
+def test_signing_in_with_another_token_and_forged_posts(page, consoles, model_run):
+    """A user's own token replaces the console's (here: read-only) for that browser; other sites cannot post."""
+    base = consoles["reader"]
+    page.goto(base + "/")
+    assert "the console's token: read" in page.inner_text("header") and "cancel" not in page.inner_text("header")
+    page.goto(base + "/signin")
+    page.fill("input[name=token]", "not-a-token")
+    page.click("form.signin button")
+    assert "does not take that token" in page.inner_text("main")
+    page.fill("input[name=token]", ADMIN_TOKEN)
+    page.click("form.signin button")
+    page.locator(f"#run-{model_run.run_id}").wait_for()
+    assert "your token: read · cancel" in " ".join(page.inner_text("header").split())
+    # A cross-site form can post to the console but cannot add the header its own page sends.
+    forged = page.request.post(f"{base}/runs/{model_run.run_id}/cancel")
+    assert forged.status == 403 and "X-Requested-By" in forged.text()
+    page.click("header form.inline button")
+    page.wait_for_url(base + "/")
+    assert "the console's token: read" in page.inner_text("header")

@@ -268,7 +268,10 @@ const trainwire = (() => {
   async function cancel(runId) {
     const button = $("#cancel");
     button.disabled = true;
-    const answer = await fetch(`/runs/${encodeURIComponent(runId)}/cancel`, { method: "POST" });
+    // The header tells the console this came from its own page, not another site's form.
+    const answer = await fetch(`/runs/${encodeURIComponent(runId)}/cancel`, {
+      method: "POST", headers: { "X-Requested-By": "trainwire-console" },
+    });
     const body = await answer.json();
     if (!answer.ok) { button.disabled = false; alert(body.message); return; }
     setState($("#run-state"), body.state);
