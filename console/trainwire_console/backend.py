@@ -95,6 +95,7 @@ def run_summary(run: coordinator_pb2.Run, now_s: float) -> dict[str, Any]:
         "min_workers": run.request.scaling_config.min_workers,
         "attempts": run.attempt + 1,
         "failures": run.num_failures,
+        "coordinator_restarts": run.num_coordinator_restarts,
         "submitted_by": run.submitted_by,
         "reports": run.last_report_index,
         "created_s": created,

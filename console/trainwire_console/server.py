@@ -42,7 +42,25 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--tls-cert", default=env("TRAINWIRE_TLS_CERT", ""), help="PEM client certificate (mTLS)")
     parser.add_argument("--tls-key", default=env("TRAINWIRE_TLS_KEY", ""), help="PEM key of --tls-cert")
     parser.add_argument("--log-level", default="warning", help="uvicorn's log level")
+    parser.add_argument(
+        "--probe",
+        action="store_true",
+        help="exit 0 when the console on --port answers /healthz (a compose or Kubernetes probe), else 1",
+    )
     return parser
+
+
+def probe(port: int, timeout_s: float = 5.0) -> int:
+    """0 when the console on this host's ``port`` is healthy (it reaches the coordinator), else 1."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=timeout_s) as answer:
+            return 0 if answer.status == 200 else 1
+    except (urllib.error.URLError, OSError) as err:
+        print(f"console on port {port}: {err}", file=sys.stderr)
+        return 1
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -53,6 +71,8 @@ def main(argv: list[str] | None = None) -> int:
     from trainwire_console.backend import ConsoleBackend
 
     args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
+    if args.probe:
+        return probe(args.port)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     tls = ClientTLS.from_files(args.tls_ca, args.tls_cert, args.tls_key)
     backend = ConsoleBackend(args.address, args.token, args.predictor, args.predictor_token, tls)

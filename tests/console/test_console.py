@@ -152,7 +152,7 @@ def browser():
 def page(browser):
     context = browser.new_context(viewport={"width": 1280, "height": 900}, accept_downloads=True)
     page = context.new_page()
-    page.set_default_timeout(20_000)
+    page.set_default_timeout(30_000)
     yield page
     context.close()
 
@@ -173,7 +173,7 @@ def test_runs_page_lists_a_run(page, consoles, model_run):
 def test_a_live_run_curve_grows_logs_follow_and_cancel_ends_it(page, browser, consoles, submit, admin_client):
     run = submit(live_loop, "console-live", {"steps": 400, "pause_s": 0.15})
     page.goto(f"{consoles['admin']}/runs/{run.run_id}")
-    page.wait_for_function("window.trainwire.chartPoints() > 0", timeout=60_000)
+    page.wait_for_function("window.trainwire.chartPoints() > 0", timeout=120_000)
     before = page.evaluate("window.trainwire.chartPoints()")
     page.wait_for_function(f"window.trainwire.chartPoints() > {before + 5}")
     # The logs follow: lines written after the page opened arrive.
@@ -300,3 +300,10 @@ def test_signing_in_with_another_token_and_forged_posts(page, consoles, model_ru
     page.click("header form.inline button")
     page.wait_for_url(base + "/")
     assert "the console's token: read" in page.inner_text("header")
+
+
+def test_the_probe_says_whether_the_console_is_healthy(consoles):
+    port = consoles["admin"].rsplit(":", 1)[1]
+    probe = [sys.executable, "-m", "trainwire_console", "--probe", "--port"]
+    assert subprocess.run([*probe, port], capture_output=True, timeout=30).returncode == 0
+    assert subprocess.run([*probe, str(_free_port())], capture_output=True, timeout=30).returncode == 1
