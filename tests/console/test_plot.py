@@ -76,3 +76,32 @@ def test_result_plot(tmp_path):
 def test_importing_trainwire_does_not_import_matplotlib():
     probe = "import trainwire, trainwire.cli, trainwire.plotting, sys; print('matplotlib' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True).stdout.strip() == "False"
+
+
+def slow_loop(config):
+    import time
+
+    from trainwire import train
+
+    for i in range(400):
+        train.report({"loss": 1.0 / (i + 1)})
+        time.sleep(0.1)
+
+
+def test_a_running_run_is_plotted_as_it_is_now(submit, admin_client, tmp_path):
+    """The plot of a live run does not wait for it to end: it reads the reports made so far."""
+    import time
+
+    from trainwire.plotting import fetch_history, plot_histories
+
+    run = submit(slow_loop, "plot-live")
+    deadline = time.monotonic() + 90
+    while admin_client.get_run(run.run_id).last_report_index < 3:
+        assert time.monotonic() < deadline, "the run did not report"
+        time.sleep(0.1)
+    start = time.monotonic()
+    history = fetch_history(admin_client, run.run_id)
+    assert time.monotonic() - start < 5 and len(history.rows) >= 3
+    assert _read_png(plot_histories([history], tmp_path / "live.png")).shape[:2] == (300, 1000)
+    admin_client.cancel_run(run.run_id)
+    assert wait_ended(admin_client, run.run_id).state == 7  # CANCELLED
