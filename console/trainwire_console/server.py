@@ -36,8 +36,17 @@ def build_parser() -> argparse.ArgumentParser:
         default=env("TRAINWIRE_PREDICTOR_TOKEN"),
         help="token for the predictors (default: $TRAINWIRE_PREDICTOR_TOKEN, else --token)",
     )
-    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: loopback only)")
-    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"HTTP port (default: {DEFAULT_PORT})")
+    parser.add_argument(
+        "--host",
+        default=env("TRAINWIRE_CONSOLE_HOST", "127.0.0.1"),
+        help="address to listen on (default: $TRAINWIRE_CONSOLE_HOST, else loopback only)",
+    )
+    parser.add_argument(
+        "--port",
+        type=int,
+        default=int(env("TRAINWIRE_CONSOLE_PORT", str(DEFAULT_PORT))),
+        help=f"HTTP port (default: $TRAINWIRE_CONSOLE_PORT, else {DEFAULT_PORT})",
+    )
     parser.add_argument("--tls-ca", default=env("TRAINWIRE_TLS_CA", ""), help="PEM CA that verifies the services")
     parser.add_argument("--tls-cert", default=env("TRAINWIRE_TLS_CERT", ""), help="PEM client certificate (mTLS)")
     parser.add_argument("--tls-key", default=env("TRAINWIRE_TLS_KEY", ""), help="PEM key of --tls-cert")

@@ -157,11 +157,14 @@ def page(browser):
     context.close()
 
 
-def test_runs_page_lists_a_run(page, consoles, model_run):
+def test_runs_page_lists_a_run(page, consoles, model_run, submit):
     page.goto(consoles["admin"] + "/")
     row = page.locator(f"#run-{model_run.run_id}")
     row.wait_for()
     assert "console-model" in row.inner_text() and "SUCCEEDED" in row.inner_text()
+    # A run started while the list is open joins it without a reload.
+    new_run = submit(live_loop, "console-new", {"steps": 2, "pause_s": 0.05})
+    page.locator(f"#run-{new_run.run_id}").wait_for(timeout=60_000)
     # Filtering by a state the run is not in hides it.
     page.goto(consoles["admin"] + "/?state=FAILED")
     assert page.locator(f"#run-{model_run.run_id}").count() == 0

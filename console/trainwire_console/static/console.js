@@ -24,12 +24,39 @@ const trainwire = (() => {
   }
 
   // --- the runs list: rows change state (and colour) as the runs do ----------------------
+  // A run newer than every row of the first page: the page reloads its table (htmx, filters kept).
+  function isNewer(run) {
+    if (new URLSearchParams(location.search).get("page_token")) return false;
+    const shown = $$("tr[data-created]").map((row) => Number(row.dataset.created));
+    return run.created_s > Math.max(0, ...shown);
+  }
+
+  // New runs the filters leave out: not asked about again.
+  const filteredOut = new Set();
+  let refreshing = null;
+  const waiting = new Set();
+  function refreshTable(runId) {
+    if (filteredOut.has(runId)) return;
+    waiting.add(runId);
+    if (refreshing) return;
+    refreshing = setTimeout(async () => {
+      refreshing = null;
+      const asked = Array.from(waiting);
+      waiting.clear();
+      await htmx.ajax("GET", `/runs${location.search}`, { target: "#runs-table", swap: "innerHTML" });
+      for (const id of asked) if (!document.getElementById(`run-${id}`)) filteredOut.add(id);
+    }, 300);
+  }
+
   function followRuns() {
     const source = new EventSource("/api/runs/live");
     source.addEventListener("run", (e) => {
       const run = JSON.parse(e.data);
       const row = document.getElementById(`run-${run.run_id}`);
-      if (!row) return;
+      if (!row) {
+        if (isNewer(run)) refreshTable(run.run_id);
+        return;
+      }
       const changed = setState($("[data-field=state]", row), run.state);
       $("[data-field=reason]", row).textContent = run.reason;
       $("[data-field=attempts]", row).textContent = run.attempts;
