@@ -13,6 +13,16 @@ requests), are scored on the event loop at the end of the loop iteration that
 queued them, together: for a call that short, handing it to a thread and back
 costs more than the call. Under load the threads score, beside the loop.
 
+Any other model is batched only under a ``DynamicBatching`` policy (Triton's
+``dynamic_batching``): a request waits up to ``max_queue_delay_us`` for others
+of the same input form, and their rows go in one call of at most
+``max_batch_size`` rows, at once when the queue reaches that or a preferred
+batch size. Such a model's answer for a row may differ from its answer alone
+in the last bits (other kernels for other batch shapes), which is why each
+framework chooses (``FRAMEWORK_BATCHING``) and each model may choose again.
+Whatever batches, answers are split back to their requests, and a call that
+fails is retried request by request, so a bad row fails only its own request.
+
 Each request's Timing gets its queue, input, infer and output times, and each
 model call is reported to the recorder as one execution (the statistics and
 metrics).
@@ -22,7 +32,9 @@ from __future__ import annotations
 
 import asyncio
 import collections
+from collections.abc import Callable
 from concurrent.futures import Executor
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -37,6 +49,91 @@ from trainwire_predictor.statistics import Recorder, Timing, now_ns
 SCORING_ERRORS = (ValueError, TypeError, KeyError, IndexError, RuntimeError)
 
 Batch = dict[str, np.ndarray] | np.ndarray
+
+
+@dataclass(frozen=True)
+class DynamicBatching:
+    """How requests for a model that is not batch invariant are batched (Triton's ``dynamic_batching``).
+
+    Attributes:
+        max_batch_size: Most rows in one model call.
+        max_queue_delay_us: Longest a request waits for others before its call starts.
+        preferred_batch_sizes: Row counts at which a call starts at once, without waiting out the delay.
+    """
+
+    max_batch_size: int = 64
+    max_queue_delay_us: int = 500
+    preferred_batch_sizes: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.max_batch_size < 1:
+            raise InvalidArgumentError("max_batch_size must be at least 1", field="max_batch_size")
+        if self.max_queue_delay_us < 0:
+            raise InvalidArgumentError("max_queue_delay_us may not be negative", field="max_queue_delay_us")
+        if any(not 1 <= size <= self.max_batch_size for size in self.preferred_batch_sizes):
+            raise InvalidArgumentError(
+                f"preferred_batch_sizes must lie within 1..max_batch_size ({self.max_batch_size})",
+                field="preferred_batch_sizes",
+            )
+
+
+# Each framework's default; tree models (batch invariant) batch while busy whatever this says, and
+# a framework not named here is called once per request unless a model's own policy says otherwise.
+FRAMEWORK_BATCHING: dict[str, DynamicBatching] = {
+    "torch": DynamicBatching(max_batch_size=64, max_queue_delay_us=200),
+    "horovod": DynamicBatching(max_batch_size=64, max_queue_delay_us=200),
+    "tensorflow": DynamicBatching(max_batch_size=64, max_queue_delay_us=200),
+    "huggingface": DynamicBatching(max_batch_size=16, max_queue_delay_us=1000),
+}
+
+
+def batching_by_framework(model: LoadedModel) -> DynamicBatching | None:
+    """The framework's default policy of a model (None: one call per request)."""
+    return FRAMEWORK_BATCHING.get(model.framework)
+
+
+def parse_batching(text: str) -> Callable[[LoadedModel], DynamicBatching | None]:
+    """The policy lookup of the ``dynamic_batching`` setting.
+
+    Args:
+        text: A JSON object naming models (run names or ids) or frameworks, each mapped to
+            ``{"max_batch_size": ..., "max_queue_delay_us": ..., "preferred_batch_sizes": [...]}``
+            or to null (one call per request): ``{"torch": null, "my-bert": {"max_batch_size": 8}}``.
+            A model's entry wins over its framework's, which wins over ``FRAMEWORK_BATCHING``.
+
+    Raises:
+        InvalidArgumentError: Not such an object (field ``dynamic_batching``).
+    """
+    import json
+
+    try:
+        raw = json.loads(text) if text.strip() else {}
+    except json.JSONDecodeError as exc:
+        raise InvalidArgumentError(f"dynamic_batching: not JSON ({exc})", field="dynamic_batching") from None
+    if not isinstance(raw, dict):
+        raise InvalidArgumentError("dynamic_batching must be a JSON object", field="dynamic_batching")
+    table: dict[str, DynamicBatching | None] = {}
+    for name, entry in raw.items():
+        if entry is None:
+            table[name] = None
+            continue
+        if not isinstance(entry, dict):
+            raise InvalidArgumentError(
+                f"dynamic_batching[{name!r}] must be an object or null", field="dynamic_batching"
+            )
+        try:
+            sizes = tuple(int(n) for n in entry.pop("preferred_batch_sizes", ()))
+            table[name] = DynamicBatching(**entry, preferred_batch_sizes=sizes)
+        except (TypeError, ValueError) as exc:
+            raise InvalidArgumentError(f"dynamic_batching[{name!r}]: {exc}", field="dynamic_batching") from None
+
+    def lookup(model: LoadedModel) -> DynamicBatching | None:
+        for name in (model.ref.run_name, model.ref.run_id, model.framework):
+            if name and name in table:
+                return table[name]
+        return FRAMEWORK_BATCHING.get(model.framework)
+
+    return lookup
 
 
 def score(request: InferenceRequest, model: LoadedModel, batch: Batch) -> dict[str, np.ndarray]:
@@ -98,14 +195,16 @@ class _Item:
 
 
 class Batcher:
-    """Runs inference off the event loop, batching concurrent requests of batch-invariant models.
+    """Runs inference off the event loop, batching concurrent requests where it may.
 
     Args:
         executor: The worker threads that run model compute.
         max_inflight: Model calls at once per model and input form.
-        max_rows: Most rows in one batched call.
+        max_rows: Most rows in one batched call of a batch-invariant model.
         recorder: Told of every model call (an execution), for statistics and metrics.
         inline_budget_ns: Longest expected model call run on the event loop (0: none).
+        batching: The dynamic batching policy of a model that is not batch invariant (None: one
+            call per request); default: its framework's (``FRAMEWORK_BATCHING``).
     """
 
     def __init__(
@@ -115,6 +214,7 @@ class Batcher:
         max_rows: int = 8192,
         recorder: Recorder | None = None,
         inline_budget_ns: int = 0,
+        batching: Callable[[LoadedModel], DynamicBatching | None] = batching_by_framework,
     ) -> None:
         self.executor = executor
         self.recorder = recorder
@@ -123,6 +223,10 @@ class Batcher:
         self.inline_budget_ns = inline_budget_ns
         self._queues: dict[Any, collections.deque[_Item]] = collections.defaultdict(collections.deque)
         self._inflight: collections.Counter[Any] = collections.Counter()
+        self.batching = batching
+        # Keys batched under a DynamicBatching policy, and the timer that ends each one's wait.
+        self._policies: dict[Any, DynamicBatching] = {}
+        self._timers: dict[Any, asyncio.TimerHandle] = {}
 
     async def infer(
         self, request: InferenceRequest, model: LoadedModel, timing: Timing | None = None
@@ -130,7 +234,8 @@ class Batcher:
         """Scores one request; ``timing`` (when given) gets where its time went."""
         loop = asyncio.get_running_loop()
         timing = timing if timing is not None else Timing()
-        if not model.predictor.batch_invariant:
+        policy = None if model.predictor.batch_invariant else self.batching(model)
+        if not model.predictor.batch_invariant and (policy is None or policy.max_batch_size <= 1):
             timing.enqueued_ns = now_ns()
             return await loop.run_in_executor(self.executor, infer_sync, request, model, timing, self.recorder)
         # Decoding raw tensors is cheap (frombuffer); a bad request fails here, alone.
@@ -142,7 +247,10 @@ class Batcher:
         key = (model.ref.key, _signature(batch))
         item = _Item(request, batch, loop.create_future(), timing)
         self._queues[key].append(item)
-        if self._inflight[key] < self.max_inflight:
+        if policy is not None:
+            self._policies[key] = policy
+            self._schedule(key, model, policy)
+        elif self._inflight[key] < self.max_inflight:
             if self._inline(model, timing.rows):
                 # Held as in flight until the loop has run the rest of this iteration's requests.
                 self._inflight[key] += 1
@@ -150,6 +258,28 @@ class Batcher:
             else:
                 self._launch(key, model)
         return await item.future
+
+    def _schedule(self, key: Any, model: LoadedModel, policy: DynamicBatching) -> None:
+        """Starts a call on ``key``'s queue once it is full enough or its oldest request has waited enough."""
+        queue = self._queues.get(key)
+        if not queue or self._inflight[key] >= self.max_inflight:
+            return  # the call in flight schedules the next when it ends
+        rows = sum(_rows(item.batch) for item in queue)
+        waited_ns = now_ns() - queue[0].timing.enqueued_ns
+        delay_ns = policy.max_queue_delay_us * 1000
+        if rows >= policy.max_batch_size or rows in policy.preferred_batch_sizes or waited_ns >= delay_ns:
+            timer = self._timers.pop(key, None)
+            if timer is not None:
+                timer.cancel()
+            self._launch(key, model)
+        elif key not in self._timers:
+            self._timers[key] = asyncio.get_running_loop().call_later(
+                (delay_ns - waited_ns) / 1e9, self._timer_fired, key, model, policy
+            )
+
+    def _timer_fired(self, key: Any, model: LoadedModel, policy: DynamicBatching) -> None:
+        self._timers.pop(key, None)
+        self._schedule(key, model, policy)
 
     def _inline(self, model: LoadedModel, rows: int) -> bool:
         return model.ns_per_row is not None and rows * model.ns_per_row <= self.inline_budget_ns
@@ -174,13 +304,16 @@ class Batcher:
                 alongside it while the next requests queue up.
         """
         queue = self._queues[key]
+        policy = self._policies.get(key)
+        limit = policy.max_batch_size if policy is not None else self.max_rows
         items, rows = [], 0
-        while queue and (not items or rows + _rows(queue[0].batch) <= self.max_rows):
+        while queue and (not items or rows + _rows(queue[0].batch) <= limit):
             item = queue.popleft()
             items.append(item)
             rows += _rows(item.batch)
         if not queue:
             del self._queues[key]
+            self._policies.pop(key, None)
         if not items:
             return
         self._inflight[key] += 1
@@ -212,7 +345,11 @@ class Batcher:
             else:
                 item.future.set_result(result)
         if key in self._queues:
-            self._launch(key, model)
+            policy = self._policies.get(key)
+            if policy is not None:
+                self._schedule(key, model, policy)
+            else:
+                self._launch(key, model)
 
     @staticmethod
     def _score_items(

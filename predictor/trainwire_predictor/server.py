@@ -26,7 +26,7 @@ from trainwire_core.serving import (
 )
 from trainwire_core.storage import Store
 from trainwire_core.tls import add_port, add_tls_arguments
-from trainwire_predictor.batching import Batcher
+from trainwire_predictor.batching import Batcher, parse_batching
 from trainwire_predictor.dataplane import DataPlane
 from trainwire_predictor.metrics import PredictorMetrics
 from trainwire_predictor.model_repository import ModelRepository
@@ -89,7 +89,11 @@ class PredictorServer:
         self.metrics = PredictorMetrics() if settings.metrics_port else None
         self.dataplane = DataPlane(
             self.models,
-            Batcher(self.executor, inline_budget_ns=int(settings.inline_budget_us * 1000)),
+            Batcher(
+                self.executor,
+                inline_budget_ns=int(settings.inline_budget_us * 1000),
+                batching=parse_batching(settings.dynamic_batching),
+            ),
             recorders=[self.metrics] if self.metrics else [],
         )
         self.servicer = InferenceServicer(dataplane=self.dataplane)

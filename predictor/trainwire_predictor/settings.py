@@ -46,6 +46,10 @@ class PredictorSettings(BaseSettings):
     # small requests) runs on the event loop instead: shorter than the hand-off to a thread.
     # 0: every call goes to the threads.
     inline_budget_us: float = 200.0
+    # Dynamic batching of models that are not batch invariant (Triton's dynamic_batching): a JSON
+    # object naming models or frameworks, each {"max_batch_size": 64, "max_queue_delay_us": 200,
+    # "preferred_batch_sizes": [...]} or null (one call per request); each framework has a default.
+    dynamic_batching: str = ""
     # How old a cached run index may get before it is read again.
     index_refresh_s: float = 1.0
     # Compile XGBoost and LightGBM models with Treelite + TL2cgen (cached beside the checkpoint);

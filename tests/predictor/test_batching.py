@@ -13,7 +13,7 @@ from trainwire.predictor import Predictor
 from trainwire_core.errors import InvalidArgumentError
 from trainwire_core.inference import grpc_service_pb2 as pb
 from trainwire_core.inference.codec import to_raw
-from trainwire_predictor.batching import Batcher
+from trainwire_predictor.batching import FRAMEWORK_BATCHING, Batcher, DynamicBatching, parse_batching
 from trainwire_predictor.grpc_codec import request_from_proto
 from trainwire_predictor.inference import InferenceRequest
 from trainwire_predictor.model_repository import LoadedModel, ModelRef, describe
@@ -115,3 +115,92 @@ def test_calls_measured_as_short_run_on_the_loop_and_batch_what_one_iteration_qu
         assert predictor.calls[1] == 12
     else:
         assert loop_thread not in predictor.threads
+
+
+class Shaped(Doubler):
+    """A Doubler that is not batch invariant (as a torch or Transformers model): batched only under a policy."""
+
+    batch_invariant = False
+
+
+def shaped_model() -> tuple[Shaped, LoadedModel]:
+    predictor = Shaped()
+    inputs, outputs = describe(predictor)
+    predictor.calls.clear()
+    return predictor, LoadedModel(ModelRef("run", "shaped", "c1"), "fake", predictor, inputs, outputs)
+
+
+def typed_request(values: list[float], rid: str, dtype: str) -> InferenceRequest:
+    arr = np.asarray(values, dtype=dtype)
+    req = pb.ModelInferRequest(model_name="shaped", id=rid)
+    req.inputs.add(name="a", datatype={"<f8": "FP64", "<f4": "FP32"}[dtype], shape=arr.shape)
+    req.raw_input_contents.append(to_raw(arr))
+    return request_from_proto(req)
+
+
+def run_batched(model: LoadedModel, requests: list[InferenceRequest], policy: DynamicBatching | None) -> list:
+    async def go():
+        with ThreadPoolExecutor(2) as pool:
+            batcher = Batcher(pool, batching=lambda m: policy)
+            return await asyncio.gather(*(batcher.infer(r, model) for r in requests), return_exceptions=True)
+
+    return asyncio.run(go())
+
+
+def test_dynamic_batching_joins_only_like_inputs_splits_answers_and_a_bad_row_fails_alone():
+    predictor, model = shaped_model()
+    values = [[float(i), i + 0.5] for i in range(10)]
+    values[3] = [1.0, -1.0]
+    requests = [typed_request(v, str(i), "<f8") for i, v in enumerate(values)]
+    requests += [typed_request([7.0], "f32-a", "<f4"), typed_request([8.0, 9.0], "f32-b", "<f4")]
+    results = run_batched(model, requests, DynamicBatching(max_batch_size=64, max_queue_delay_us=50_000))
+    for i, (v, result) in enumerate(zip(values, results)):
+        if i == 3:
+            assert isinstance(result, InvalidArgumentError) and "negative input" in str(result)
+        else:
+            assert result.id == str(i)
+            np.testing.assert_array_equal(result.outputs[0][1], np.array(v) * 2)
+    assert [r.outputs[0][1].tolist() for r in results[10:]] == [[14.0], [16.0, 18.0]]
+    # One call for the 20 FP64 rows (it failed on the bad row), one for the 3 FP32 rows, then
+    # the FP64 requests one by one to find the culprit.
+    assert sorted(predictor.calls) == sorted([20, 3] + [2] * 10)
+
+
+def test_a_full_or_preferred_batch_starts_at_once_and_a_lone_request_waits_out_the_delay():
+    import time
+
+    for policy, count in [
+        (DynamicBatching(max_batch_size=4, max_queue_delay_us=2_000_000), 4),
+        (DynamicBatching(max_batch_size=8, max_queue_delay_us=2_000_000, preferred_batch_sizes=(3,)), 3),
+    ]:
+        predictor, model = shaped_model()
+        started = time.perf_counter()
+        results = run_batched(model, [typed_request([1.0], str(i), "<f8") for i in range(count)], policy)
+        assert time.perf_counter() - started < 1.0 and predictor.calls == [count]
+        assert all(r.outputs[0][1].tolist() == [2.0] for r in results)
+    predictor, model = shaped_model()
+    started = time.perf_counter()
+    run_batched(model, [typed_request([1.0], "lone", "<f8")], DynamicBatching(max_queue_delay_us=200_000))
+    assert 0.2 <= time.perf_counter() - started < 1.5 and predictor.calls == [1]
+
+
+def test_without_a_policy_each_request_is_its_own_call():
+    predictor, model = shaped_model()
+    results = run_batched(model, [typed_request([float(i)], str(i), "<f8") for i in range(6)], None)
+    assert [r.outputs[0][1].tolist() for r in results] == [[2.0 * i] for i in range(6)]
+    assert predictor.calls == [1] * 6
+
+
+def test_a_models_policy_beats_its_frameworks_which_beats_the_default():
+    lookup = parse_batching('{"torch": null, "special": {"max_batch_size": 8, "preferred_batch_sizes": [4]}}')
+
+    def model(name: str, framework: str) -> LoadedModel:
+        return LoadedModel(ModelRef(f"run-{name}", name, "c1"), framework, Shaped(), [], [])
+
+    assert lookup(model("special", "torch")) == DynamicBatching(max_batch_size=8, preferred_batch_sizes=(4,))
+    assert lookup(model("plain", "torch")) is None
+    assert lookup(model("bert", "huggingface")) == FRAMEWORK_BATCHING["huggingface"]
+    assert lookup(model("forest", "xgboost")) is None
+    for bad, says in [("[1]", "JSON object"), ('{"m": {"max_batch_size": 0}}', "at least 1"), ("{", "not JSON")]:
+        with pytest.raises(InvalidArgumentError, match=says):
+            parse_batching(bad)

