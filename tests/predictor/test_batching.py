@@ -199,7 +199,8 @@ def test_a_models_policy_beats_its_frameworks_which_beats_the_default():
 
     assert lookup(model("special", "torch")) == DynamicBatching(max_batch_size=8, preferred_batch_sizes=(4,))
     assert lookup(model("plain", "torch")) is None
-    assert lookup(model("bert", "huggingface")) == FRAMEWORK_BATCHING["huggingface"]
+    assert lookup(model("mlp", "tensorflow")) == FRAMEWORK_BATCHING["tensorflow"]
+    assert lookup(model("bert", "huggingface")) is None
     assert lookup(model("forest", "xgboost")) is None
     for bad, says in [("[1]", "JSON object"), ('{"m": {"max_batch_size": 0}}', "at least 1"), ("{", "not JSON")]:
         with pytest.raises(InvalidArgumentError, match=says):
