@@ -94,3 +94,25 @@ def test_a_bare_data_parallel_trainer_runs_its_loop_on_every_worker(coordinator)
         loop, train_loop_config={"scale": 3}, scaling_config=ScalingConfig(num_workers=2)
     ).fit()
     assert result.metrics == {**result.metrics, "world_size": 2, "scale": 3}
+
+
+def iterate_twice() -> None:
+    from trainwire import train
+
+    shard = train.get_dataset_shard("train")
+    epochs = [sorted(float(x) for b in shard.iter_batches(batch_size=8) for x in b["x"]) for _ in range(2)]
+    train.report({"same_rows_each_epoch": float(epochs[0] == epochs[1]), "rows": len(epochs[0])})
+    print(f"shard: {type(shard).__name__}", flush=True)
+
+
+def test_a_small_dataset_is_read_once_and_each_rank_iterates_its_own_split(coordinator, capfd):
+    """Below materialize_datasets_below_bytes the files are read once per attempt; ranks split its blocks."""
+    result = TorchTrainer(
+        iterate_twice,
+        scaling_config=ScalingConfig(num_workers=2),
+        datasets={"train": _frame(64)},
+    ).fit()
+    history = result.metrics_dataframe
+    assert history["same_rows_each_epoch"].tolist() == [1.0]
+    assert result.metrics["rows"] == 32  # rank 0's half, the same half every epoch
+    assert "shard: MaterializedDataset" in capfd.readouterr().out

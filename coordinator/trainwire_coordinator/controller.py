@@ -169,6 +169,8 @@ class ControllerDeps:
     stall_fail_after_s: float = 0.0
     # The most of one rank's output per attempt that the store keeps (0: all).
     log_max_bytes: int = 64 << 20
+    # Ray Data datasets whose files are at most this size are read once per attempt (0: never).
+    materialize_below_bytes: int = 0
 
 
 def _error_from_exception(rank: int, attempt: int, exc: BaseException) -> common_pb2.WorkerError:
@@ -215,7 +217,11 @@ class RunController:
         self.deps = deps
         self.policy = policy
         self.checkpoints = checkpoints
-        self.data: RunData = data if data is not None else RunDatasets(request, datasets, checkpoints)
+        self.data: RunData = (
+            data
+            if data is not None
+            else RunDatasets(request, datasets, checkpoints, materialize_below_bytes=deps.materialize_below_bytes)
+        )
         self.task: asyncio.Task | None = None
         # What the reservation is made from (a backend may place its trainer on its worker).
         self.placed = backend.placement_scaling(request)

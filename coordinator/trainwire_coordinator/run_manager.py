@@ -200,6 +200,7 @@ class RunManager:
         stall_fail_after_s: float = 0.0,
         embedded_owner: str = "",
         log_max_bytes: int = 64 << 20,
+        materialize_below_bytes: int = 0,
     ) -> None:
         self.metadata = metadata
         self.store = store
@@ -210,6 +211,7 @@ class RunManager:
         self.packages = packages or PackageService(store)
         self.allow_pip_installs = allow_pip_installs
         self.log_max_bytes = log_max_bytes
+        self.materialize_below_bytes = materialize_below_bytes
         self.pending_reason_after_s = pending_reason_after_s
         self.stall_after_s = (stall_reason_after_s, stall_fail_after_s)
         # Set when this coordinator is embedded in one program: its runs end with that program.
@@ -383,6 +385,7 @@ class RunManager:
                 stall_reason_after_s=self.stall_after_s[0],
                 stall_fail_after_s=self.stall_after_s[1],
                 log_max_bytes=self.log_max_bytes,
+                materialize_below_bytes=self.materialize_below_bytes,
             ),
             policy=self.policy_factory(run_config.failure_config),
             checkpoints=CheckpointManager(

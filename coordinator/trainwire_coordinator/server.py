@@ -162,6 +162,7 @@ class CoordinatorServer:
             stall_fail_after_s=settings.stall_fail_after_s,
             embedded_owner=settings.embedded_owner,
             log_max_bytes=settings.log_max_bytes_per_rank,
+            materialize_below_bytes=settings.materialize_datasets_below_bytes,
         )
         tokens = TokenTable.from_settings(settings.auth_token, settings.tokens)
         interceptors = [BearerTokenInterceptor(tokens, SERVICE_NAMES[:1], METHOD_SCOPES)] if tokens else []

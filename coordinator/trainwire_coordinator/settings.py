@@ -40,6 +40,10 @@ class CoordinatorSettings(BaseSettings):
     max_package_bytes: int = 100 * 1024 * 1024
     # The most of one rank's output (per attempt) the store keeps; older lines are rotated away.
     log_max_bytes_per_rank: int = 64 * 1024 * 1024
+    # A Ray Data dataset whose files are at most this size is read once per attempt and kept in
+    # Ray's object store, so each epoch iterates blocks in memory instead of reading the files again
+    # (0: always stream from the files).
+    materialize_datasets_below_bytes: int = 64 * 1024 * 1024
     # When set, every call must carry "authorization: Bearer <token>".
     auth_token: str = ""
     # Listen beyond loopback without auth_token (refused unless set: Fit runs code on the cluster).

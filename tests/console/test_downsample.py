@@ -7,6 +7,7 @@ import time
 import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
+
 from trainwire_console.downsample import minmax
 
 
