@@ -116,3 +116,32 @@ def test_a_small_dataset_is_read_once_and_each_rank_iterates_its_own_split(coord
     assert history["same_rows_each_epoch"].tolist() == [1.0]
     assert result.metrics["rows"] == 32  # rank 0's half, the same half every epoch
     assert "shard: MaterializedDataset" in capfd.readouterr().out
+
+
+def test_a_rank_blocked_on_a_streamed_split_shows_in_the_reason(coordinator, client, monkeypatch):
+    """Ray 2.7's datasets_to_split="all" under a rank-0-only validation loop: rank 0 waits on a
+    streaming split that rank 1 never reads. The run names the blocked rank instead of waiting silently."""
+    import time
+
+    from trainwire_core.v1 import common_pb2
+
+    runs = coordinator.server.runs
+    monkeypatch.setattr(runs, "materialize_below_bytes", 0)  # stream, as large datasets do
+    monkeypatch.setattr(runs, "stall_after_s", (2.0, 0.0))
+    trainer = TorchTrainer(
+        rank_zero_validates,
+        scaling_config=ScalingConfig(num_workers=2),
+        datasets={"train": _frame(64), "valid": _frame(24)},
+        dataset_config=DataConfig(datasets_to_split="all"),
+    )
+    run = client.fit(trainer.build_request(client))
+    try:
+        deadline, reason = time.monotonic() + 90, ""
+        while time.monotonic() < deadline and "still running" not in reason:
+            time.sleep(0.5)
+            run = client.get_run(run.run_id)
+            reason = run.state_reason
+        assert run.state == common_pb2.RUNNING
+        assert "ranks 0 still running" in reason, reason
+    finally:
+        client.cancel_run(run.run_id)
