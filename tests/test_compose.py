@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,9 @@ import compose
 import pytest
 
 from trainwire.cli import build_parser
+from trainwire_console.server import build_parser as console_parser
 from trainwire_coordinator.settings import CoordinatorSettings
+from trainwire_core.auth import TokenTable
 from trainwire_predictor.settings import PredictorSettings
 from trainwire_worker.node_health import build_parser as node_health_parser
 
@@ -26,6 +29,14 @@ ENV_FILE = REPO / ".env.example"
 COMPOSE = Path(compose.__file__).parent / "docker-compose"
 # Client-side variables the SDK and CLI read (not pydantic settings).
 CLIENT_VARS = {"TRAINWIRE_ADDRESS", "TRAINWIRE_TOKEN", "TRAINWIRE_TLS_CA", "TRAINWIRE_TLS_CERT", "TRAINWIRE_TLS_KEY"}
+# What `trainwire console` reads besides them: flags' defaults, not settings. Two share the
+# predictor's settings prefix (TRAINWIRE_PREDICTOR_ADDRESS, _TOKEN) without being its settings.
+CONSOLE_VARS = CLIENT_VARS | {
+    "TRAINWIRE_PREDICTOR_ADDRESS",
+    "TRAINWIRE_PREDICTOR_TOKEN",
+    "TRAINWIRE_CONSOLE_HOST",
+    "TRAINWIRE_CONSOLE_PORT",
+}
 SETTINGS = {"TRAINWIRE_COORDINATOR_": CoordinatorSettings, "TRAINWIRE_PREDICTOR_": PredictorSettings}
 
 
@@ -64,9 +75,11 @@ def test_compose_config_refuses_missing_secrets(tmp_path: Path):
 
 
 def test_the_topology(services):
-    assert {"redis", "minio", "create-bucket", "ray-head", "ray-worker", "coordinator", "predictor"} <= set(services)
+    assert {"redis", "minio", "create-bucket", "ray-head", "ray-worker", "coordinator", "predictor", "console"} <= set(
+        services
+    )
     trainwire = {name for name, spec in services.items() if _is_trainwire(spec)}
-    assert trainwire == {"ray-head", "ray-worker", "coordinator", "predictor"}
+    assert trainwire == {"ray-head", "ray-worker", "coordinator", "predictor", "console"}
     assert len({services[name]["image"] for name in trainwire}) == 1, "one image for all trainwire services"
 
 
@@ -116,13 +129,13 @@ def test_service_commands_are_real_subcommands(services):
         argv = list(spec.get("command") or [])
         if entrypoint == ["trainwire"]:
             # Services take their settings from the environment only: no flags to drift.
-            assert argv in (["coordinator"], ["predictor"]), f"{name}: {argv}"
+            assert argv in (["coordinator"], ["predictor"], ["console"]), f"{name}: {argv}"
             _parse_trainwire(argv, name)
         else:
             assert entrypoint == ["ray"], f"{name}: entrypoint {entrypoint}"
             _parse_ray(argv, name)
         seen.add(argv[0])
-    assert seen == {"coordinator", "predictor", "start"}
+    assert seen == {"coordinator", "predictor", "console", "start"}
 
 
 def test_healthcheck_commands_are_real_subcommands(services):
@@ -138,6 +151,9 @@ def test_healthcheck_commands_are_real_subcommands(services):
                 node_health_parser().parse_args(argv[1:])
             except SystemExit:
                 pytest.fail(f"{name} healthcheck: bad arguments {argv[1:]}")
+        elif program == "trainwire" and argv[0] == "console":
+            assert name == "console" and argv[1:] == ["--probe"], f"{name} healthcheck: {argv}"
+            assert console_parser().parse_args(argv[1:]).probe
         elif program == "trainwire":
             assert argv[0] == "health", name
             _parse_trainwire(argv, f"{name} healthcheck")
@@ -146,7 +162,11 @@ def test_healthcheck_commands_are_real_subcommands(services):
             _parse_ray(argv, f"{name} healthcheck")
 
 
-def _known(var: str) -> bool:
+def _known(var: str, program: str = "") -> bool:
+    """Whether ``program`` (a service's command) reads ``var``: the console reads client
+    variables and its flags' defaults; the other services, their settings."""
+    if program == "console":
+        return var in CONSOLE_VARS
     for prefix, settings in SETTINGS.items():
         if var.startswith(prefix):
             return var[len(prefix) :].lower() in settings.model_fields
@@ -156,11 +176,13 @@ def _known(var: str) -> bool:
 def test_every_trainwire_variable_is_a_known_setting(services):
     checked = 0
     for name, spec in services.items():
+        program = (spec.get("command") or [""])[0] if _is_trainwire(spec) and not spec.get("entrypoint") else ""
         for var in spec.get("environment") or {}:
             if var.startswith("TRAINWIRE_"):
-                assert _known(var), f"{name}: {var} is not a setting"
+                assert _known(var, program), f"{name}: {var} is not a setting of `trainwire {program}`"
                 checked += 1
-    assert checked >= 10
+    assert checked >= 15
+    assert not _known("TRAINWIRE_PREDICTOR_ADDRESS", "predictor"), "the predictor has no such setting"
     for line in ENV_FILE.read_text().splitlines():
         var = line.split("=", 1)[0].strip()
         if re.match(r"TRAINWIRE_(COORDINATOR|PREDICTOR)_", var):
@@ -180,6 +202,44 @@ def test_service_environment_makes_valid_settings(services, monkeypatch, service
         if var.startswith("AWS_"):
             assert var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION")
     assert "AWS_SECRET_ACCESS_KEY" not in settings.store and "@" not in settings.store.split("?")[0]
+
+
+def test_console_environment_makes_its_configuration(services, monkeypatch):
+    """The console's service configures it with no flags, and the console reads every variable given."""
+    env = {var: str(value) for var, value in services["console"]["environment"].items()}
+    for var in CONSOLE_VARS:
+        monkeypatch.delenv(var, raising=False)
+    for var, value in env.items():
+        monkeypatch.setenv(var, value)
+    args = console_parser().parse_args([])
+    assert args.address == "coordinator:50051"
+    assert args.predictor == "dns:///predictor:8001", "every predictor replica, by the service's name"
+    assert args.host == "0.0.0.0" and args.port == 8265
+    assert args.token and args.predictor_token == args.token
+    for var, value in env.items():
+        monkeypatch.setenv(var, value + "0")  # another value (a port stays a number)
+        assert vars(console_parser().parse_args([])) != vars(args), f"the console does not read {var}"
+        monkeypatch.setenv(var, value)
+    published = services["console"]["ports"]
+    assert [p["target"] for p in published] == [8265] and published[0]["host_ip"] == "127.0.0.1", published
+    assert services["console"]["depends_on"]["coordinator"]["condition"] == "service_healthy"
+
+
+def test_the_console_token_reads_and_queries_models_only(services):
+    """The console acts for whoever reaches its port: it may read runs and query the predictors."""
+    token = services["console"]["environment"]["TRAINWIRE_TOKEN"]
+    coordinator = services["coordinator"]["environment"]
+    predictor = services["predictor"]["environment"]
+    assert token not in (coordinator["TRAINWIRE_COORDINATOR_AUTH_TOKEN"], predictor["TRAINWIRE_PREDICTOR_AUTH_TOKEN"])
+    metadata = [("authorization", f"Bearer {token}")]
+    on_coordinator = TokenTable.from_settings(
+        coordinator["TRAINWIRE_COORDINATOR_AUTH_TOKEN"], coordinator["TRAINWIRE_COORDINATOR_TOKENS"]
+    ).identify(metadata)
+    assert on_coordinator is not None and on_coordinator.scopes == {"read"}
+    on_predictor = TokenTable.from_settings(
+        predictor["TRAINWIRE_PREDICTOR_AUTH_TOKEN"], predictor["TRAINWIRE_PREDICTOR_TOKENS"]
+    ).identify(metadata)
+    assert on_predictor is not None and on_predictor.scopes == {"predict"}
 
 
 def test_coordinator_joins_ray_and_is_reached_by_its_service_name(services, monkeypatch):
@@ -224,9 +284,67 @@ def test_dockerfile_pins_runs_as_non_root_and_enters_trainwire():
     rules = [r for r in rules if r and not r.startswith("#")]
     assert rules[0] == "**"
     allowed = {r[1:].rstrip("/") for r in rules if r.startswith("!")}
+    excluded = {r.rstrip("/") for r in rules[1:] if not r.startswith("!")}
     for line in re.findall(r"^COPY\s+(.+)$", text, re.M):
+        if line.startswith("--from="):
+            continue  # from another stage of the build, not from the context
         for source in line.split()[:-1]:
-            assert source.rstrip("/") in allowed, f"COPY {source}: excluded by .dockerignore"
+            source = source.rstrip("/")
+            parents = [source, *(str(p) for p in Path(source).parents)]
+            assert any(p in allowed for p in parents), f"COPY {source}: excluded by .dockerignore"
+    # The checkout's own npm install and vendor copy stay out: the image builds its own.
+    assert {"console/frontend/node_modules", "console/trainwire_console/static/vendor"} <= excluded
+
+
+def _image_requirements() -> tuple[list[str], list[str]]:
+    """requirements.txt split by the Dockerfile's filter: (installed in the image, left out)."""
+    text = (REPO / "Dockerfile").read_text()
+    pattern = re.search(r"grep -v -E '([^']+)'", text).group(1)
+    names = [line.strip() for line in (REPO / "requirements.txt").read_text().splitlines()]
+    names = [n for n in names if n and not n.startswith("#")]
+    return [n for n in names if not re.search(pattern, n)], [n for n in names if re.search(pattern, n)]
+
+
+def test_the_image_leaves_out_what_only_tests_and_lint_need():
+    """requirements.txt marks test and lint tools with a comment; none of them goes into the image."""
+    _, left_out = _image_requirements()
+    comment, tools = "", []
+    for line in (REPO / "requirements.txt").read_text().splitlines():
+        line = line.strip()
+        if line.startswith("#"):
+            comment = line
+        elif line and re.search(r"\btests?\b|\blint\b", comment):
+            tools.append(line)
+    assert {"pytest", "ruff", "playwright", "datasets"} <= set(tools)
+    assert set(tools) <= set(left_out), f"test-only packages in the image: {set(tools) - set(left_out)}"
+    # ...and everything a package of the image depends on stays in.
+    kept = {re.split(r"[\[=<>~ ]", n)[0].lower() for n in _image_requirements()[0]}
+    for package in ("core", "client", "coordinator", "worker", "predictor", "console"):
+        project = tomllib.loads((REPO / package / "pyproject.toml").read_text())["project"]
+        for dep in project.get("dependencies", []):
+            name = re.split(r"[\[=<>~ ;]", dep)[0].lower()
+            if not name.startswith("trainwire"):
+                assert name in kept, f"{package} needs {name}, left out of the image"
+
+
+def test_the_image_serves_the_consoles_browser_libraries():
+    """A node stage runs npm ci and its files go into the console package before it is installed."""
+    text = (REPO / "Dockerfile").read_text()
+    stage = re.search(r"^FROM node:\S+ AS (\S+)$", text, re.M)
+    assert stage, "no node stage"
+    assert re.search(r"^RUN npm ci\b", text, re.M)
+    copy = re.search(rf"^COPY --from={stage.group(1)} \S+ (\S+)$", text, re.M)
+    assert copy and copy.group(1).rstrip("/") == "console/trainwire_console/static/vendor"
+    install = re.search(r"^RUN pip install --no-deps .*\./console\b", text, re.M)
+    assert install and copy.start() < install.start(), "the vendor files must be in the package before pip installs it"
+    # The files the image copies are the ones `make setup` copies and the pages load.
+    image_files = {Path(p).name for p in re.findall(r"node_modules/(\S+)", text)}
+    make_files = {Path(p).name for p in re.findall(r"node_modules/(\S+)", (REPO / "Makefile").read_text())}
+    base = (REPO / "console" / "trainwire_console" / "templates" / "base.html").read_text()
+    page_files = set(re.findall(r"path='vendor/([^']+)'", base))
+    assert image_files == make_files == page_files, (image_files, make_files, page_files)
+    package_data = tomllib.loads((REPO / "console" / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert "static/vendor/*" in package_data["package-data"]["trainwire_console"]
 
 
 def test_the_health_probe_exit_status():
