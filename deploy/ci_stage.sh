@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # CI's deployment stage, after `make test`: docker-compose.yml brought up as separate hosts (the
 # twin, 2 Ray workers and 2 predictors), an XGBoost fit from a client host, answers from every
-# predictor replica; the twin is torn down (by ids) whatever happens.
+# predictor replica, and the console's pages (plain HTTP from the client host) showing the run
+# SUCCEEDED; the twin is torn down (by ids) whatever happens.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 state=deploy/.twin/ci-state.json
@@ -18,7 +19,8 @@ if ! .venv/bin/python -m deploy.twin exec --state "$state" client -- \
     env GRPC_DNS_RESOLVER=native TRAINWIRE_ADDRESS=coordinator:50051 \
     AWS_ACCESS_KEY_ID="$AWS_ACCESS_KEY_ID" AWS_SECRET_ACCESS_KEY="$AWS_SECRET_ACCESS_KEY" \
     TRAINWIRE_TOKEN="$TRAINWIRE_TOKEN" TRAINWIRE_PREDICTOR_TOKEN="$TRAINWIRE_PREDICTOR_TOKEN" \
-    .venv/bin/python deploy/smoke.py --predictor predictor-1:8001 --predictor predictor-2:8001; then
+    .venv/bin/python deploy/smoke.py --predictor predictor-1:8001 --predictor predictor-2:8001 \
+    --console http://console:8265; then
     # What each host said, Ray's daemons included, before the trap tears them down.
     .venv/bin/python -m deploy.twin logs --state "$state" --ray --tail 60 || true
     exit 1

@@ -2,10 +2,12 @@
 
 Run it from a client host of a deployment (compose, the twin's ``client`` namespace):
 
-    TRAINWIRE_ADDRESS=coordinator:50051 python deploy/smoke.py --predictor predictor-1:8001 --predictor predictor-2:8001
+    TRAINWIRE_ADDRESS=coordinator:50051 python deploy/smoke.py \
+        --predictor predictor-1:8001 --predictor predictor-2:8001 --console http://console:8265
 
-Prints one JSON line with the run and what each replica answered; exits
-non-zero when a replica's answers differ from the in-process predictor's.
+Prints one JSON line with the run, what each replica answered and what the console's pages
+showed of the run; exits non-zero when a replica's answers differ from the in-process
+predictor's, or when the console does not show the run as it ended.
 """
 
 from __future__ import annotations
@@ -13,8 +15,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 import time
+import urllib.parse
+import urllib.request
 
 import numpy as np
 from sklearn.datasets import load_breast_cancer
@@ -40,9 +45,61 @@ def _predict(address: str, model: str, features, timeout_s: float) -> np.ndarray
             time.sleep(1.0)
 
 
+def _get(url: str, timeout_s: float = 10.0) -> str:
+    """A plain HTTP GET, never through a proxy (the deployment's names resolve inside it only)."""
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    with opener.open(url, timeout=timeout_s) as answer:
+        return answer.read().decode()
+
+
+def _console(base: str, run_id: str, name: str, timeout_s: float) -> dict:
+    """What the console's pages show of a run, fetched over HTTP as a browser would (no browser).
+
+    Raises:
+        AssertionError: a page does not show the run, or not as SUCCEEDED.
+    """
+    base = base.rstrip("/")
+    # The runs list, filtered by name: the run's row, with its state.
+    runs = _get(f"{base}/runs?name={urllib.parse.quote(name)}")
+    row = re.search(rf'<tr id="run-{re.escape(run_id)}".*?</tr>', runs, re.S)
+    assert row, f"{base}/runs does not list run {run_id}"
+    row_state = re.search(r'data-field="state">(\w+)<', row.group(0))
+    # The run's page (HTML) and its curves (JSON, read by the console from WatchRun).
+    page = _get(f"{base}/runs/{run_id}")
+    page_state = re.search(r'id="run-state"[^>]*>(\w+)<', page)
+    assert run_id in page and page_state, f"{base}/runs/{run_id} does not show the run"
+    deadline = time.monotonic() + timeout_s
+    while True:
+        series = json.loads(_get(f"{base}/api/runs/{run_id}/series?metrics=valid-logloss&width=800"))
+        points = len(series["series"].get("valid-logloss", {}).get("y", []))
+        if (series["complete"] and points) or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    # The models the predictors serve, as the console sees them through their service name.
+    models = _get(f"{base}/models")
+    model_row = re.search(rf'data-model="{re.escape(name)}".*?</tr>', models, re.S)
+    inferences = re.search(r'data-field="inference_count">(\d+)<', model_row.group(0)) if model_row else None
+    # Its own copy of the browser libraries (npm ci, copied into the package), no CDN.
+    htmx = _get(f"{base}/static/vendor/htmx.min.js")
+    shown = {
+        "list_state": row_state.group(1) if row_state else None,
+        "page_state": page_state.group(1),
+        "series_state": series["state"],
+        "series_name": series["name"],
+        "valid_logloss_points": points,
+        "model_inferences": int(inferences.group(1)) if inferences else None,
+        "htmx_bytes": len(htmx),
+    }
+    assert shown["list_state"] == shown["page_state"] == shown["series_state"] == "SUCCEEDED", shown
+    assert shown["series_name"] == name and points > 0 and len(htmx) > 10_000, shown
+    assert model_row, f"{base}/models does not list the model {name!r}"
+    return shown
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--predictor", action="append", default=[], help="host:port of a predictor replica")
+    parser.add_argument("--console", help="the console's base URL (http://console:8265): its pages must show the run")
     parser.add_argument("--name", default="smoke")
     parser.add_argument("--num-workers", type=int, default=2)
     args = parser.parse_args(argv)
@@ -82,6 +139,12 @@ def main(argv: list[str] | None = None) -> int:
         accuracy = float(((served > 0.5) == valid_df["target"].to_numpy()).mean())
         report["predictors"][address] = {"rows": len(served), "same_as_local": same, "accuracy": round(accuracy, 3)}
         ok = ok and same
+    if args.console:
+        try:
+            report["console"] = _console(args.console, result.run_id, args.name, timeout_s=30)
+        except (AssertionError, OSError, ValueError) as err:
+            report["console"] = {"error": f"{type(err).__name__}: {err}"}
+            ok = False
     trainwire.shutdown()
     print(json.dumps(report), flush=True)
     return 0 if ok else 1

@@ -1,4 +1,5 @@
-"""The compose topology as separate hosts (the twin): a fit on the cluster, served by the predictor replicas.
+"""The compose topology as separate hosts (the twin): a fit on the cluster, served by the predictor replicas,
+shown by the console.
 
 Needs root and iproute2 (``make test`` in CI has both); skipped elsewhere.
 """
@@ -99,6 +100,7 @@ def test_fit_on_the_twin_served_by_every_predictor_replica(tmp_path: Path):
         up_s = time.monotonic() - started
         replicas = state["replicas"]
         assert {"redis-1", "minio-1", "create-bucket-1", "ray-head-1", "ray-worker-1", "coordinator-1"} <= set(replicas)
+        assert {"console-1"} <= set(replicas)
         assert {"predictor-1", "predictor-2"} <= set(replicas)
         assert len({r["netns"] for r in replicas.values()}) == len(replicas), "one namespace per replica"
         assert len({r["ip"] for r in replicas.values()}) == len(replicas), "one address per replica"
@@ -144,7 +146,8 @@ def test_fit_on_the_twin_served_by_every_predictor_replica(tmp_path: Path):
         fit_started = time.monotonic()
         smoke = _in_netns(
             client,
-            [sys.executable, "deploy/smoke.py", "--predictor", "predictor-1:8001", "--predictor", "predictor-2:8001"],
+            [sys.executable, "deploy/smoke.py", "--predictor", "predictor-1:8001", "--predictor", "predictor-2:8001"]
+            + ["--console", "http://console:8265"],
             env,
             600,
         )
@@ -156,6 +159,11 @@ def test_fit_on_the_twin_served_by_every_predictor_replica(tmp_path: Path):
             assert served["same_as_local"], address
             assert served["rows"] == 171 and served["accuracy"] > 0.9, served
         assert set(report["predictors"]) == {"predictor-1:8001", "predictor-2:8001"}
+        # The console, from the client host over plain HTTP: the run in its list, its page and its
+        # curve, SUCCEEDED; the model as both replicas serve it (their statistics summed).
+        shown = report["console"]
+        assert shown["list_state"] == shown["page_state"] == shown["series_state"] == "SUCCEEDED", shown
+        assert shown["valid_logloss_points"] == 20 and shown["model_inferences"] >= 2 * 171, shown
 
         _project_on_the_twin(client, env, tmp_path)
 
