@@ -140,8 +140,10 @@ def main(argv: list[str] | None = None) -> int:
         report["predictors"][address] = {"rows": len(served), "same_as_local": same, "accuracy": round(accuracy, 3)}
         ok = ok and same
     if args.console:
+        started = time.monotonic()
         try:
             report["console"] = _console(args.console, result.run_id, args.name, timeout_s=30)
+            report["console"]["seconds"] = round(time.monotonic() - started, 2)
         except (AssertionError, OSError, ValueError) as err:
             report["console"] = {"error": f"{type(err).__name__}: {err}"}
             ok = False
