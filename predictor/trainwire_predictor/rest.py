@@ -226,6 +226,10 @@ class RestFrontEnd:
             }
             return error_response(message.get(exc.status_code, str(exc.detail)), exc.status_code)
 
+        async def disconnected(request: Request, exc: Exception) -> Response:
+            # The caller went away mid-body: nobody to answer, nothing to log.
+            return Response(b"", 499)
+
         async def unexpected(request: Request, exc: Exception) -> Response:
             # Anything else is a bug in trainwire: say so, keep the details in the log.
             logger.error("unexpected error in %s %s", request.method, request.url.path, exc_info=exc)
@@ -233,7 +237,12 @@ class RestFrontEnd:
 
         return Starlette(
             routes=self.routes(),
-            exception_handlers={TrainwireError: trainwire_error, HTTPException: http_error, Exception: unexpected},
+            exception_handlers={
+                TrainwireError: trainwire_error,
+                HTTPException: http_error,
+                ClientDisconnect: disconnected,
+                Exception: unexpected,
+            },
         )
 
     # --- endpoints -------------------------------------------------------------
