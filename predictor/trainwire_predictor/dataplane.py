@@ -141,6 +141,6 @@ class DataPlane:
         """Loads a model version (its best or latest when none is named)."""
         await self.models.get(name, version)
 
-    async def unload(self, name: str) -> None:
-        """Drops every loaded version of a model."""
-        await self.models.unload(name)
+    async def unload(self, name: str, version: str = "") -> None:
+        """Drops one loaded version of a model, or every one when no version is named."""
+        await self.models.unload(name, version)

@@ -379,8 +379,18 @@ class ModelRepository:
     def is_loaded(self, ref: ModelRef) -> bool:
         return ref.key in self._cache
 
-    async def unload(self, name: str) -> int:
-        """Drops every cached checkpoint of a model; returns how many were dropped."""
+    async def unload(self, name: str, version: str = "") -> int:
+        """Drops the cached checkpoints of a model (only ``version`` when given); returns how many were dropped.
+
+        Raises:
+            NotFoundError: No such model, or the model has no such version.
+        """
+        if version:
+            ref = await self.resolve(name, version)
+            keys = [ref.key] if ref.key in self._cache else []
+            for key in keys:
+                del self._cache[key]
+            return len(keys)
         run_id = await self._run_id(name)
         if run_id is None:
             raise NotFoundError(f"model {name!r} not found", field="model_name")

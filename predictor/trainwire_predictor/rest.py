@@ -311,18 +311,21 @@ class RestFrontEnd:
             [{"name": e.name, "version": e.version, "state": e.state, "reason": e.reason} for e in index]
         )
 
-    async def load(self, request: Request) -> Response:
+    async def _version_parameter(self, request: Request) -> str:
+        """``parameters.version`` of a repository call's body ("" when absent)."""
         doc = await self._json_body(request)
         params = doc.get("parameters") or {}
         version = params.get("version", "") if isinstance(params, dict) else None
         if not isinstance(version, str):
             raise InvalidArgumentError("parameters.version must be a string", field="parameters.version")
-        await self.dataplane.load(request.path_params["model"], version)
+        return version
+
+    async def load(self, request: Request) -> Response:
+        await self.dataplane.load(request.path_params["model"], await self._version_parameter(request))
         return Response(b"", 200)
 
     async def unload(self, request: Request) -> Response:
-        await self._json_body(request)
-        await self.dataplane.unload(request.path_params["model"])
+        await self.dataplane.unload(request.path_params["model"], await self._version_parameter(request))
         return Response(b"", 200)
 
 

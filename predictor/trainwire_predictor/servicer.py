@@ -168,5 +168,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     async def RepositoryModelUnload(
         self, request: pb.RepositoryModelUnloadRequest, context: Context
     ) -> pb.RepositoryModelUnloadResponse:
-        await self.dataplane.unload(request.model_name)
+        # As for loading, Triton's parameters carry the version ("" or absent: every version).
+        version = request.parameters["version"].string_param if "version" in request.parameters else ""
+        await self.dataplane.unload(request.model_name, version)
         return pb.RepositoryModelUnloadResponse()

@@ -120,3 +120,21 @@ def test_corrupt_checkpoint_names_the_model_and_others_keep_serving(local_store,
         assert (await repo.get("good")).framework == "xgboost"
 
     asyncio.run(go())
+
+
+def test_unload_drops_one_version_or_all(local_store, xgb_dir):
+    manager = commit_checkpoint(local_store, "run-u", "versions", "c1", xgb_dir, 1)
+    commit_checkpoint(local_store, "run-u", "versions", "c2", xgb_dir, 2, manager=manager)
+    repo = ModelRepository(local_store)
+
+    async def go():
+        refs = [(await repo.get("versions", v)).ref for v in ("c1", "c2")]
+        assert await repo.unload("versions", "c1") == 1
+        assert [repo.is_loaded(r) for r in refs] == [False, True]
+        with pytest.raises(NotFoundError, match="no version 'c9'"):
+            await repo.unload("versions", "c9")
+        await repo.get("versions", "c1")
+        assert await repo.unload("versions") == 2
+        assert not any(repo.is_loaded(r) for r in refs)
+
+    asyncio.run(go())

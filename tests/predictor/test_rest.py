@@ -212,6 +212,13 @@ def test_metadata_readiness_and_repository_match_grpc(rest_predictor, http, tmp_
     assert states["rest-xgb"] == "UNAVAILABLE"
     client.load_model("rest-xgb")
     assert {m["name"]: m["state"] for m in client.get_model_repository_index()}["rest-xgb"] == "READY"
+    # One version, as Triton's parameters name it; an unknown one is 404.
+    unload = f"{http}/v2/repository/models/rest-xgb/unload"
+    status, text = curl("POST", unload, json.dumps({"parameters": {"version": "c9"}}).encode())
+    assert status == 404 and "no version 'c9'" in json.loads(text)["error"]
+    assert curl("POST", unload, json.dumps({"parameters": {"version": "c1"}}).encode())[0] == 200
+    assert {m["name"]: m["state"] for m in client.get_model_repository_index()}["rest-xgb"] == "UNAVAILABLE"
+    client.load_model("rest-xgb")
     status, doc = node_fetch("GET", f"{http}/v2/models/rest-torch", None, tmp_path)
     assert status == 200 and doc["versions"] == ["c1"] and doc["platform"] == "pytorch"
 
