@@ -195,7 +195,7 @@ def test_horovod_checkpoint_is_a_torch_checkpoint_and_predicts(first_run):
     assert isinstance(predictor, TorchPredictor)
     x = np.eye(4, dtype="float32")
     expected = x @ np.array(s0["params"][0], dtype="float32") + s0["params"][1][0]
-    np.testing.assert_allclose(predictor.predict(x)["predictions"].to_numpy(), expected, rtol=1e-5)
+    np.testing.assert_allclose(predictor.predict(x)["predictions"], expected, rtol=1e-5)
 
 
 def test_host_allocation_plan_across_nodes():

@@ -162,9 +162,13 @@ def test_torch_predictor_takes_a_tensor_column_a_dtype_and_a_dict_checkpoint(reg
     out = predictor.predict(tensor_column)
     assert isinstance(out, pd.DataFrame)
     np.testing.assert_allclose(out["predictions"], expected, rtol=1e-5, atol=1e-6)
-    # A numpy array in: its predictions column, in row order.
-    arr = predictor.predict(x.to_numpy())["predictions"].to_numpy()
-    np.testing.assert_allclose(arr, expected, rtol=1e-5, atol=1e-6)
+    # A numpy array in: numpy out, as Ray 2.4's TorchPredictor answers ({"predictions": array}).
+    arr = predictor.predict(x.to_numpy())
+    assert isinstance(arr, dict) and list(arr) == ["predictions"]
+    np.testing.assert_allclose(arr["predictions"], expected, rtol=1e-5, atol=1e-6)
+    # Several outputs per row stay one (N, k) array, as the model gave them.
+    two = TorchPredictor(torch.nn.Linear(3, 2)).predict(x.to_numpy())
+    assert list(two) == ["predictions"] and two["predictions"].shape == (len(x), 2)
 
     # dtype converts the input; it is not a forward() argument.
     double = TorchPredictor(torch.nn.Linear(3, 1).double())
@@ -241,6 +245,13 @@ def test_gbdt_predict_kwargs_reach_the_framework(regression):
         booster.predict(xgboost.DMatrix(x)),
         rtol=1e-6,
     )
+
+    # A numpy batch in, numpy out (Ray 2.4): the one predictions column's array, or a dict for several.
+    by_array = XGBoostPredictor(booster).predict(x.to_numpy())
+    assert isinstance(by_array, np.ndarray)
+    np.testing.assert_allclose(by_array, booster.predict(xgboost.DMatrix(x)), rtol=1e-6)
+    by_dict = XGBoostPredictor(booster).predict({c: x[c].to_numpy() for c in x}, pred_contribs=True)
+    assert isinstance(by_dict, dict) and sorted(by_dict) == sorted(contribs.columns)
 
     lgb = lightgbm.train({"objective": "binary", "verbose": -1}, lightgbm.Dataset(x, label=y), 5)
     contrib = LightGBMPredictor(lgb).predict(x, pred_contrib=True)

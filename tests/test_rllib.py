@@ -70,12 +70,12 @@ def test_ppo_learns_cartpole_and_serves_actions(ppo_result):
 
     predictor = RLPredictor.from_checkpoint(checkpoint)
     observations = np.random.default_rng(0).normal(scale=0.1, size=(64, 4)).astype(np.float32)
-    actions = predictor.predict(observations)["predictions"].to_numpy()
+    actions = predictor.predict(observations)  # numpy in, numpy out, as Ray's predictors answer
     assert actions.shape == (64,)
     assert set(np.unique(actions)) <= {0, 1}
 
     def greedy(obs, env):
-        return int(predictor.predict(obs[None])["predictions"].iloc[0])
+        return int(predictor.predict(obs[None])[0])
 
     def random_policy(obs, env):
         return int(env.action_space.sample())

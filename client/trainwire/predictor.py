@@ -29,9 +29,9 @@ class Predictor:
     """Scores batches: applies the checkpoint's preprocessor, then the model.
 
     ``predict`` takes a pandas DataFrame, a 2-D numpy array (columns in
-    ``feature_columns`` order) or a dict of 1-D arrays, and returns a DataFrame
-    with a "predictions" column (``predictions_<i>`` for a model with several
-    outputs per row), one row per input row. A column whose cells are 1-D arrays
+    ``feature_columns`` order) or a dict of 1-D arrays, and answers in the input's
+    type: a DataFrame with a "predictions" column (``predictions_<i>`` for a model
+    with several outputs per row), one row per input row, or numpy as Ray's do. A column whose cells are 1-D arrays
     (a Ray tensor column) gives the model one input column per element.
 
     Args:
@@ -45,6 +45,9 @@ class Predictor:
     input_datatype = "FP64"
     # Whether the model takes a DataFrame (else a 2-D numpy array).
     takes_frame = False
+    # The batch format Ray 2.4's predictor of this framework computed in, which decides what
+    # ``predict`` returns for numpy input: "numpy" (deep learning) or "pandas" (the rest).
+    native_batch_format = "pandas"
     # Whether a row's prediction never depends on the other rows of its batch (bit for bit), so
     # the predictor service may score concurrent requests together.
     batch_invariant = False
@@ -86,8 +89,8 @@ class Predictor:
         """Columns the model itself reads, after preprocessing (default: ``feature_columns``)."""
         return self.feature_columns
 
-    def predict(self, data: DataBatch, **predict_kwargs: Any) -> pd.DataFrame:
-        """Scores one batch.
+    def predict(self, data: DataBatch, **predict_kwargs: Any) -> DataBatch:
+        """Scores one batch; answers in the input's type, as Ray's predictors do.
 
         Args:
             data: A DataFrame, a 2-D numpy array or a dict of 1-D arrays.
@@ -96,9 +99,15 @@ class Predictor:
                 preprocessing; integer positions for an array) and the framework's own (``dtype``).
 
         Returns:
-            A DataFrame with the predictions.
+            For a DataFrame, a DataFrame with the predictions. For a numpy array or a dict of
+            arrays, numpy: a deep-learning predictor (``native_batch_format = "numpy"``) gives
+            ``{"predictions": array}`` (one row per input row, several outputs as columns); the
+            others give the one prediction column's array, or a dict of arrays for several columns.
         """
-        return pd.DataFrame(self.predict_columns(data, **predict_kwargs))
+        columns = self.predict_columns(data, **predict_kwargs)
+        if isinstance(data, np.ndarray | dict):
+            return numpy_batch(columns, self.native_batch_format)
+        return pd.DataFrame(columns)
 
     def predict_columns(
         self, data: DataBatch, feature_columns: list[Any] | None = None, **predict_kwargs: Any
@@ -315,3 +324,15 @@ def prediction_columns(out: Any) -> dict[str, np.ndarray]:
     if arr.ndim == 2:
         return {f"{PREDICTIONS}_{i}": arr[:, i] for i in range(arr.shape[1])}
     raise ValueError(f"model output of shape {list(arr.shape)} is not one row per input row")
+
+
+def numpy_batch(columns: dict[str, np.ndarray], native_batch_format: str) -> np.ndarray | dict[str, np.ndarray]:
+    """Prediction columns as Ray 2.4 answered a numpy batch in the predictor's native format."""
+    if native_batch_format == "numpy":
+        outputs = [f"{PREDICTIONS}_{i}" for i in range(len(columns))]
+        if len(columns) > 1 and list(columns) == outputs:
+            return {PREDICTIONS: np.stack([columns[name] for name in outputs], axis=1)}
+        return dict(columns)
+    if len(columns) == 1:
+        return next(iter(columns.values()))
+    return dict(columns)

@@ -236,7 +236,7 @@ def test_a_concatenated_column_is_the_model_input(fitted):
     batch = _request()
     model = Linear(p)
     expected = np.stack(p.transform_batch(pd.DataFrame(batch))["features"].to_numpy()).astype(np.float64)
-    np.testing.assert_array_equal(model.predict(batch)["predictions"], expected @ np.arange(1.0, 6.0))
+    np.testing.assert_array_equal(model.predict(batch), expected @ np.arange(1.0, 6.0))
 
 
 def test_a_checkpoints_preprocessor_is_vectorised_after_loading(fitted):
@@ -254,4 +254,4 @@ def test_a_checkpoints_preprocessor_is_vectorised_after_loading(fitted):
     assert loaded._vectorised is not None and loaded._vectorised.name == "Chain"
     batch = _request()
     expected = np.stack(p.transform_batch(pd.DataFrame(batch))["features"].to_numpy()).astype(np.float64)
-    np.testing.assert_array_equal(loaded.predict(batch)["predictions"], booster.inplace_predict(expected), strict=True)
+    np.testing.assert_array_equal(loaded.predict(batch), booster.inplace_predict(expected), strict=True)

@@ -74,7 +74,7 @@ def test_torch_model_takes_one_2d_tensor(predictor_client, torch_result, valid_x
     from trainwire.torch.predictor import TorchPredictor
 
     x = valid_x.to_numpy(np.float32)
-    expected = TorchPredictor.from_checkpoint(torch_result.checkpoint).predict(x)
+    expected = pd.DataFrame(TorchPredictor.from_checkpoint(torch_result.checkpoint).predict(x))
     pd.testing.assert_frame_equal(predictor_client.predict("pred-cancer-torch", x), expected)
     meta = predictor_client.model_metadata("pred-cancer-torch")
     assert meta["inputs"] == [{"name": "input", "datatype": "FP32", "shape": ["-1", "-1"]}]
@@ -298,7 +298,7 @@ def test_ghz_configs_hold_valid_requests(stub, config, xgb_local, valid_x):
         request.model_name = XGB
         response = stub.ModelInfer(request)
         rows = np.array(request.inputs[0].contents.fp64_contents).reshape(list(request.inputs[0].shape))
-        expected = xgb_local.predict(rows)["predictions"].to_numpy()
+        expected = xgb_local.predict(rows)
         np.testing.assert_array_equal(np.array(response.outputs[0].contents.fp32_contents, dtype=np.float32), expected)
 
 

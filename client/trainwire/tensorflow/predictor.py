@@ -28,6 +28,7 @@ class TensorflowPredictor(Predictor):
 
     framework = FRAMEWORK.name
     input_datatype = "FP32"
+    native_batch_format = "numpy"
 
     def __init__(
         self,

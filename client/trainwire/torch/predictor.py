@@ -23,6 +23,7 @@ class TorchPredictor(Predictor):
 
     framework = FRAMEWORK.name
     input_datatype = "FP32"
+    native_batch_format = "numpy"
 
     def __init__(
         self,
