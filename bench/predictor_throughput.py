@@ -243,10 +243,22 @@ def wait_ready(port: int, request: bytes, timeout_s: float = 180.0) -> None:
 
 
 # --- load ---------------------------------------------------------------------
+def summary(latencies: list[float], seconds: float, errors: int) -> dict[str, float]:
+    """Requests/s and p50/p99 in ms of one measured window."""
+    import numpy as np
+
+    lat = np.array(latencies) * 1000
+    return {
+        "rps": len(lat) / seconds,
+        "p50_ms": float(np.percentile(lat, 50)) if len(lat) else float("nan"),
+        "p99_ms": float(np.percentile(lat, 99)) if len(lat) else float("nan"),
+        "errors": errors,
+    }
+
+
 def load(port: int, concurrency: int, seconds: float, warmup_s: float, request: bytes) -> dict[str, float]:
     """Closed-loop load from `concurrency` callers; returns requests/s and latency percentiles (ms)."""
     import grpc
-    import numpy as np
 
     async def main() -> dict[str, float]:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
@@ -269,13 +281,7 @@ def load(port: int, concurrency: int, seconds: float, warmup_s: float, request: 
                         latencies.append(done - now)
 
             await asyncio.gather(*(caller() for _ in range(concurrency)))
-            lat = np.array(latencies) * 1000
-            return {
-                "rps": len(lat) / seconds,
-                "p50_ms": float(np.percentile(lat, 50)) if len(lat) else float("nan"),
-                "p99_ms": float(np.percentile(lat, 99)) if len(lat) else float("nan"),
-                "errors": errors,
-            }
+            return summary(latencies, seconds, errors)
 
     return asyncio.run(main())
 
@@ -319,7 +325,6 @@ def wait_rest_ready(port: int, body: bytes, timeout_s: float = 180.0) -> None:
 def rest_load(port: int, concurrency: int, seconds: float, warmup_s: float, body: bytes) -> dict[str, float]:
     """``load`` over REST: closed-loop aiohttp callers on kept-alive connections."""
     import aiohttp
-    import numpy as np
 
     url = rest_url(port, MODEL)
     headers = {"content-type": "application/json"}
@@ -348,13 +353,7 @@ def rest_load(port: int, concurrency: int, seconds: float, warmup_s: float, body
                         latencies.append(done - now)
 
             await asyncio.gather(*(caller() for _ in range(concurrency)))
-            lat = np.array(latencies) * 1000
-            return {
-                "rps": len(lat) / seconds,
-                "p50_ms": float(np.percentile(lat, 50)) if len(lat) else float("nan"),
-                "p99_ms": float(np.percentile(lat, 99)) if len(lat) else float("nan"),
-                "errors": errors,
-            }
+            return summary(latencies, seconds, errors)
 
     return asyncio.run(main())
 
