@@ -452,10 +452,11 @@ run_refs = st.one_of(nasty, st.text(chars, min_size=1, max_size=40))
 def test_get_cancel_watch_with_garbage_ids(stub, known_run, run_id, after):
     call(stub.GetRun, coordinator_pb2.GetRunRequest(run_id=run_id))
     call(stub.CancelRun, coordinator_pb2.CancelRunRequest(run_id=run_id))
-    call(stub.WatchRun, coordinator_pb2.WatchRunRequest(run_id=run_id, after_event_id=after), timeout=10)
-    # The known (ended) run's stream ends whatever after_event_id is.
-    run, _ = known_run
-    call(stub.WatchRun, coordinator_pb2.WatchRunRequest(run_id=run.run_id, after_event_id=after), timeout=10)
+    for watch in (stub.WatchRun, stub.WatchRunBatched):
+        call(watch, coordinator_pb2.WatchRunRequest(run_id=run_id, after_event_id=after), timeout=10)
+        # The known (ended) run's stream ends whatever after_event_id is.
+        run, _ = known_run
+        call(watch, coordinator_pb2.WatchRunRequest(run_id=run.run_id, after_event_id=after), timeout=10)
     still_serving(stub, known_run)
 
 

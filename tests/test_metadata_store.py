@@ -328,3 +328,36 @@ def test_sqlite_urls_do_not_import_redis() -> None:
     )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
     subprocess.run([sys.executable, "-c", code], check=True, timeout=20, env=env)
+
+
+def test_batched_watch_sends_the_events_watch_sends(tmp_path):
+    """WatchRunBatched builds its batches from the stored bytes: the same events, ids and all."""
+    import asyncio
+
+    from google.protobuf import struct_pb2
+
+    from trainwire_coordinator.events import EventLog
+    from trainwire_coordinator.metadata import open_metadata_store
+    from trainwire_core.v1 import common_pb2, coordinator_pb2
+
+    metadata = open_metadata_store(str(tmp_path / "state.db"))
+    log = EventLog(metadata, poll_s=0.05)
+
+    async def main() -> tuple[list, list]:
+        for k in range(1, 301):  # ids past one and two varint bytes
+            metrics = struct_pb2.Struct()
+            metrics.update({"loss": 1.0 / k, "nested": {"lr": 0.1}})
+            await log.append(
+                coordinator_pb2.RunEvent(run_id="r", metrics=coordinator_pb2.MetricsEvent(report_index=k, metrics=metrics))
+            )
+        await log.append(
+            coordinator_pb2.RunEvent(run_id="r", state_change=coordinator_pb2.StateChange(state=common_pb2.SUCCEEDED))
+        )
+        one = [e async for e in log.watch("r", 7, lambda: True, live=False)]
+        batched = [b async for b in log.watch_batched("r", 7, lambda: True, live=False)]
+        return one, batched
+
+    one, batched = asyncio.run(main())
+    flat = [e for b in batched for e in b.events]
+    assert len(one) == 294 and [e.event_id for e in one] == list(range(8, 302))
+    assert flat == one

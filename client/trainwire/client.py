@@ -93,14 +93,16 @@ class CoordinatorClient:
         """
         last = after_event_id
 
-        def call() -> Iterator[coordinator_pb2.RunEvent]:
-            return self.stub.WatchRun(
+        # In batches: a long run's history arrives in a few messages, not one per event.
+        def call() -> Iterator[coordinator_pb2.RunEventBatch]:
+            return self.stub.WatchRunBatched(
                 coordinator_pb2.WatchRunRequest(run_id=run_id, after_event_id=last), metadata=self._metadata
             )
 
-        for event in self._resuming(call, reconnect_for_s):
-            last = event.event_id
-            yield event
+        for batch in self._resuming(call, reconnect_for_s):
+            for event in batch.events:
+                last = event.event_id
+                yield event
 
     def watch_logs(
         self,

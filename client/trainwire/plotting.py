@@ -70,7 +70,7 @@ def flatten(metrics: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def fetch_history(client: CoordinatorClient, run: str) -> RunHistory:
-    """A run's reports so far, from the coordinator (GetRun, then WatchRun from the first event).
+    """A run's reports so far, from the coordinator (GetRun, then WatchRunBatched from the first event).
 
     A run still going is read until its last report has arrived (or its stream has been quiet
     for a second): the plot shows it as it is now, and does not wait for it to end.
@@ -78,7 +78,7 @@ def fetch_history(client: CoordinatorClient, run: str) -> RunHistory:
     info = client.get_run(run)
     created = info.created_at.ToDatetime().timestamp()
     history = RunHistory(f"{info.name} ({info.run_id})")
-    stream = client.stub.WatchRun(coordinator_pb2.WatchRunRequest(run_id=info.run_id), metadata=client._metadata)
+    stream = client.stub.WatchRunBatched(coordinator_pb2.WatchRunRequest(run_id=info.run_id), metadata=client._metadata)
     timer: threading.Timer | None = None
 
     def arm() -> None:
@@ -95,7 +95,7 @@ def fetch_history(client: CoordinatorClient, run: str) -> RunHistory:
 
     arm()
     try:
-        for event in stream:
+        for event in (event for batch in stream for event in batch.events):
             arm()
             if event.WhichOneof("kind") != "metrics":
                 continue

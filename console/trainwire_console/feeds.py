@@ -1,4 +1,4 @@
-"""Each open run's events, read once from the coordinator's WatchRun and kept for every page that shows it.
+"""Each open run's events, read once from the coordinator (WatchRunBatched) and kept for every page that shows it.
 
 A feed follows one run in a thread of its own (the blocking gRPC stream stays off the event loop):
 it keeps the reports as columns (for curves), the timeline (state changes, failures, checkpoints),

@@ -11,6 +11,9 @@ from concurrent.futures import ThreadPoolExecutor
 from trainwire_coordinator.metadata import MetadataStore
 from trainwire_core.v1 import coordinator_pb2
 
+# Events per WatchRunBatched message: a 100,000-report history in 20 messages.
+BATCH_EVENTS = 5000
+
 
 class EventLog:
     """Appends events and wakes the watchers of a run.
@@ -48,17 +51,31 @@ class EventLog:
 
         ``has_ended`` may block (it reads the store): it runs off the event loop.
         """
+        async for stored in self._watch_stored(run_id, after_event_id, has_ended, live, 500):
+            for event_id, payload in stored:
+                event = coordinator_pb2.RunEvent.FromString(payload)
+                event.event_id = event_id
+                yield event
+
+    async def watch_batched(
+        self, run_id: str, after_event_id: int, has_ended: Callable[[], bool], live: bool = True
+    ) -> AsyncIterator[coordinator_pb2.RunEventBatch]:
+        """``watch`` in batches of up to BATCH_EVENTS: a long run's history in a few messages."""
+        async for stored in self._watch_stored(run_id, after_event_id, has_ended, live, BATCH_EVENTS):
+            yield coordinator_pb2.RunEventBatch.FromString(batch_bytes(stored))
+
+    async def _watch_stored(
+        self, run_id: str, after_event_id: int, has_ended: Callable[[], bool], live: bool, limit: int
+    ) -> AsyncIterator[list[tuple[int, bytes]]]:
+        """Each read of stored ``(event_id, payload)`` pairs, until the run has ended and all are read."""
         # Only a run this coordinator is running gets wake-ups; others are read by polling.
         cond = self._conditions[run_id] if live else asyncio.Condition()
         ended = False
         while True:
-            batch = await asyncio.to_thread(self.metadata.read_events, run_id, after_event_id, 500)
-            for event_id, payload in batch:
-                event = coordinator_pb2.RunEvent.FromString(payload)
-                event.event_id = event_id
-                after_event_id = event_id
-                yield event
+            batch = await asyncio.to_thread(self.metadata.read_events, run_id, after_event_id, limit)
             if batch:
+                after_event_id = batch[-1][0]
+                yield batch
                 continue
             if ended:
                 return
@@ -72,3 +89,25 @@ class EventLog:
                     await asyncio.wait_for(cond.wait(), self.poll_s)
                 except TimeoutError:
                     pass
+
+
+def batch_bytes(stored: list[tuple[int, bytes]]) -> bytes:
+    """A serialized RunEventBatch of stored events, each with its id, built without parsing them.
+
+    A stored payload is a serialized RunEvent without its id; appending field 1 sets it (the
+    last value of a field wins), and each event is one length-delimited ``events`` entry.
+    """
+    parts = []
+    for event_id, payload in stored:
+        event = payload + b"\x08" + _varint(event_id)
+        parts.append(b"\x0a" + _varint(len(event)) + event)
+    return b"".join(parts)
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)

@@ -441,7 +441,10 @@ class RunManager:
             runs = [run for run in runs if run.submitted_by == request.submitted_by]
         return coordinator_pb2.ListRunsResponse(runs=runs, next_page_token=token)
 
-    async def watch(self, request: coordinator_pb2.WatchRunRequest) -> AsyncIterator[coordinator_pb2.RunEvent]:
+    async def watch(
+        self, request: coordinator_pb2.WatchRunRequest, batched: bool = False
+    ) -> AsyncIterator[coordinator_pb2.RunEvent] | AsyncIterator[coordinator_pb2.RunEventBatch]:
+        """A run's events from ``after_event_id`` on, one message each or in batches (``batched``)."""
         run_id = (await asyncio.to_thread(self.get_run, request.run_id)).run_id
         if request.after_event_id < 0:
             raise InvalidArgumentError("after_event_id must be >= 0", field="after_event_id")
@@ -450,8 +453,9 @@ class RunManager:
             return self.get_run(run_id).state in TERMINAL
 
         live = run_id in self.controllers
-        async for event in self.events.watch(run_id, request.after_event_id, has_ended, live):
-            yield event
+        watch = self.events.watch_batched if batched else self.events.watch
+        async for message in watch(run_id, request.after_event_id, has_ended, live):
+            yield message
 
     async def watch_logs(self, request: coordinator_pb2.WatchLogsRequest) -> AsyncIterator[coordinator_pb2.LogLines]:
         run = await asyncio.to_thread(self.get_run, request.run_id)

@@ -34,6 +34,11 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
             yield event
 
     @handle_errors
+    async def WatchRunBatched(self, request, context) -> AsyncIterator[coordinator_pb2.RunEventBatch]:  # type: ignore[no-untyped-def]
+        async for batch in self.runs.watch(request, batched=True):
+            yield batch
+
+    @handle_errors
     async def CancelRun(self, request, context):  # type: ignore[no-untyped-def]
         return await self.runs.cancel(request.run_id)
 

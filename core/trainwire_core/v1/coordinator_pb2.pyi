@@ -258,6 +258,12 @@ class RunEvent(_message.Message):
     worker_error: _common_pb2.WorkerError
     def __init__(self, event_id: _Optional[int] = ..., run_id: _Optional[str] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., state_change: _Optional[_Union[StateChange, _Mapping]] = ..., metrics: _Optional[_Union[MetricsEvent, _Mapping]] = ..., checkpoint: _Optional[_Union[_common_pb2.CheckpointInfo, _Mapping]] = ..., worker_error: _Optional[_Union[_common_pb2.WorkerError, _Mapping]] = ...) -> None: ...
 
+class RunEventBatch(_message.Message):
+    __slots__ = ("events",)
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    events: _containers.RepeatedCompositeFieldContainer[RunEvent]
+    def __init__(self, events: _Optional[_Iterable[_Union[RunEvent, _Mapping]]] = ...) -> None: ...
+
 class GetDatasetRequest(_message.Message):
     __slots__ = ("sha256",)
     SHA256_FIELD_NUMBER: _ClassVar[int]

@@ -56,6 +56,11 @@ class CoordinatorStub:
                 request_serializer=trainwire_dot_v1_dot_coordinator__pb2.WatchRunRequest.SerializeToString,
                 response_deserializer=trainwire_dot_v1_dot_coordinator__pb2.RunEvent.FromString,
                 _registered_method=True)
+        self.WatchRunBatched = channel.unary_stream(
+                '/trainwire.v1.Coordinator/WatchRunBatched',
+                request_serializer=trainwire_dot_v1_dot_coordinator__pb2.WatchRunRequest.SerializeToString,
+                response_deserializer=trainwire_dot_v1_dot_coordinator__pb2.RunEventBatch.FromString,
+                _registered_method=True)
         self.CancelRun = channel.unary_unary(
                 '/trainwire.v1.Coordinator/CancelRun',
                 request_serializer=trainwire_dot_v1_dot_coordinator__pb2.CancelRunRequest.SerializeToString,
@@ -124,6 +129,13 @@ class CoordinatorServicer:
     def WatchRun(self, request, context):
         """Streams the run's events after `after_event_id`; ends when the run has
         ended and every event has been sent.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def WatchRunBatched(self, request, context):
+        """WatchRun in batches of up to 5,000 events: a long run's history in a few messages.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -206,6 +218,11 @@ def add_CoordinatorServicer_to_server(servicer, server):
                     servicer.WatchRun,
                     request_deserializer=trainwire_dot_v1_dot_coordinator__pb2.WatchRunRequest.FromString,
                     response_serializer=trainwire_dot_v1_dot_coordinator__pb2.RunEvent.SerializeToString,
+            ),
+            'WatchRunBatched': grpc.unary_stream_rpc_method_handler(
+                    servicer.WatchRunBatched,
+                    request_deserializer=trainwire_dot_v1_dot_coordinator__pb2.WatchRunRequest.FromString,
+                    response_serializer=trainwire_dot_v1_dot_coordinator__pb2.RunEventBatch.SerializeToString,
             ),
             'CancelRun': grpc.unary_unary_rpc_method_handler(
                     servicer.CancelRun,
@@ -357,6 +374,33 @@ class Coordinator:
             '/trainwire.v1.Coordinator/WatchRun',
             trainwire_dot_v1_dot_coordinator__pb2.WatchRunRequest.SerializeToString,
             trainwire_dot_v1_dot_coordinator__pb2.RunEvent.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WatchRunBatched(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/trainwire.v1.Coordinator/WatchRunBatched',
+            trainwire_dot_v1_dot_coordinator__pb2.WatchRunRequest.SerializeToString,
+            trainwire_dot_v1_dot_coordinator__pb2.RunEventBatch.FromString,
             options,
             channel_credentials,
             insecure,
