@@ -1,4 +1,4 @@
-"""The ``trainwire`` command line: services, runs, checkpoints, predictions."""
+"""The ``trainwire`` command line: services, runs, checkpoints, models, predictions."""
 
 from __future__ import annotations
 
@@ -77,6 +77,59 @@ def _runs_plot(args: argparse.Namespace) -> None:
         print(plot_histories(histories, args.output, args.metric or None, args.x))
     except ValueError as err:
         raise SystemExit(f"error: {err}") from None
+
+
+def _registry(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    from trainwire.model_registry import ModelRegistryClient
+
+    return ModelRegistryClient(args.address or os.environ.get("TRAINWIRE_ADDRESS") or DEFAULT_ADDRESS, token=args.token)
+
+
+def _models_alias(args: argparse.Namespace) -> int:
+    """Moves an alias (MODEL ALIAS VERSION), or lists the aliases (MODEL) and their history (--history)."""
+    import time
+
+    with _registry(args) as registry:
+        if args.alias and args.version:
+            if args.history:
+                raise SystemExit("error: --history lists moves; give MODEL alone (or with ALIAS to filter)")
+            state = registry.set_alias(args.model, args.alias, args.version)
+            print(f"{args.model} {args.alias} -> {state.aliases[args.alias]}")
+            return 0
+        if args.version:
+            raise SystemExit("error: moving an alias takes MODEL ALIAS VERSION")
+        state = registry.get_aliases(args.model, include_history=args.history)
+    if args.history:
+        print(f"{'REV':>4} {'TIME (UTC)':<20} {'ALIAS':<16} {'FROM':<24} {'TO':<24} BY")
+        for move in state.history:
+            if args.alias and move.alias != args.alias:
+                continue
+            when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(move.time))
+            previous = move.previous_version or "-"
+            print(f"{move.revision:>4} {when:<20} {move.alias:<16} {previous:<24} {move.version:<24} {move.moved_by}")
+        return 0
+    print(f"{'ALIAS':<16} VERSION")
+    for alias, version in sorted(state.aliases.items()):
+        if not args.alias or alias == args.alias:
+            print(f"{alias:<16} {version}")
+    return 0
+
+
+def _models_route(args: argparse.Namespace) -> int:
+    """Sets a model's traffic policy (--weights, --shadow), clears it (--clear), or shows it."""
+    from trainwire.model_registry import parse_weights
+
+    with _registry(args) as registry:
+        if args.weights is not None or args.shadow is not None or args.clear:
+            if args.clear and (args.weights or args.shadow):
+                raise SystemExit("error: --clear takes no --weights or --shadow")
+            policy = registry.set_route(args.model, parse_weights(args.weights or ""), args.shadow or "")
+        else:
+            policy = registry.get_route(args.model)
+    weights = ",".join(f"{w.version}={w.weight}" for w in policy.weights) or "(default version)"
+    shadow = f" shadow {policy.shadow}" if policy.shadow else ""
+    print(f"{policy.model} weights {weights}{shadow} (revision {policy.revision})")
+    return 0
 
 
 def _checkpoints_download(args: argparse.Namespace) -> None:
@@ -174,6 +227,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tls-key", help="PEM key of --tls-cert (default: $TRAINWIRE_TLS_KEY)")
     p.add_argument("--tls-server-name", help="name the server's certificate must carry (probes that dial localhost)")
     p.set_defaults(fn=_health)
+
+    models = sub.add_parser("models", help="model aliases and traffic policies").add_subparsers(
+        dest="action", required=True
+    )
+    p = models.add_parser(
+        "alias",
+        help="move an alias to a version (MODEL ALIAS VERSION), or list aliases (MODEL [ALIAS]) and --history",
+    )
+    p.add_argument("model", help="run name or run id")
+    p.add_argument("alias", nargs="?", default="", help="e.g. production")
+    p.add_argument("version", nargs="?", default="", help="a committed checkpoint id, or another alias")
+    p.add_argument("--history", action="store_true", help="list every move, oldest first (a rollback is a move back)")
+    p.set_defaults(fn=_models_alias)
+    p = models.add_parser("route", help="set or show a model's traffic policy: weights over versions, a shadow")
+    p.add_argument("model", help="run name or run id")
+    p.add_argument("--weights", help="VERSION=PERCENT,... adding up to 100 (versions or aliases), e.g. a=90,b=10")
+    p.add_argument("--shadow", help="a version or alias that gets a copy of each request (answer compared, discarded)")
+    p.add_argument("--clear", action="store_true", help="remove the policy: requests go to the default version")
+    p.set_defaults(fn=_models_route)
 
     ckpts = sub.add_parser("checkpoints", help="checkpoint files").add_subparsers(dest="action", required=True)
     p = ckpts.add_parser("download", help="download a checkpoint")

@@ -1,4 +1,4 @@
-"""The coordinator's gRPC server: Coordinator + WorkerReports, health, reflection."""
+"""The coordinator's gRPC server: Coordinator + WorkerReports + ModelRegistry, health, reflection."""
 
 from __future__ import annotations
 
@@ -19,11 +19,12 @@ import ray
 
 from trainwire_coordinator.datasets import DatasetService
 from trainwire_coordinator.metadata import open_metadata_store
+from trainwire_coordinator.model_registry import ModelRegistry, ModelRegistryServicer
 from trainwire_coordinator.run_manager import RunManager
 from trainwire_coordinator.runtime_envs import PackageService
 from trainwire_coordinator.servicer import CoordinatorServicer, WorkerReportsServicer
 from trainwire_coordinator.settings import CoordinatorSettings
-from trainwire_core.auth import CANCEL, READ, SUBMIT, SUBMIT_CODE, TokenTable, add_auth_arguments
+from trainwire_core.auth import CANCEL, READ, SERVE, SUBMIT, SUBMIT_CODE, TokenTable, add_auth_arguments
 from trainwire_core.serving import (
     KEEPALIVE_SERVER_OPTIONS,
     BearerTokenInterceptor,
@@ -39,14 +40,24 @@ from trainwire_core.serving import (
 )
 from trainwire_core.storage import Store
 from trainwire_core.tls import ClientTLS, add_port, add_tls_arguments
-from trainwire_core.v1 import coordinator_pb2, coordinator_pb2_grpc, worker_reports_pb2, worker_reports_pb2_grpc
+from trainwire_core.v1 import (
+    coordinator_pb2,
+    coordinator_pb2_grpc,
+    models_pb2,
+    models_pb2_grpc,
+    worker_reports_pb2,
+    worker_reports_pb2_grpc,
+)
 
 logger = logging.getLogger(__name__)
 
 SERVICE_NAMES = (
     coordinator_pb2.DESCRIPTOR.services_by_name["Coordinator"].full_name,
     worker_reports_pb2.DESCRIPTOR.services_by_name["WorkerReports"].full_name,
+    models_pb2.DESCRIPTOR.services_by_name["ModelRegistry"].full_name,
 )
+# The services callers need a token for (workers' report streams carry their own secret).
+PROTECTED_SERVICES = (SERVICE_NAMES[0], SERVICE_NAMES[2])
 
 
 def join_ray_node(address: str, timeout_s: float = 120.0) -> subprocess.Popen:
@@ -107,9 +118,15 @@ METHOD_SCOPES = {
     "GetRun": READ,
     "ListRuns": READ,
     "WatchRun": READ,
+    "WatchRunBatched": READ,
     "GetDataset": READ,
     "DownloadCheckpoint": READ,
     "CancelRun": CANCEL,
+    # ModelRegistry: what predictors serve is moved with serve.
+    "SetAlias": SERVE,
+    "SetRoute": SERVE,
+    "GetAliases": READ,
+    "GetRoute": READ,
 }
 
 
@@ -165,13 +182,14 @@ class CoordinatorServer:
             materialize_below_bytes=settings.materialize_datasets_below_bytes,
         )
         tokens = TokenTable.from_settings(settings.auth_token, settings.tokens)
-        interceptors = [BearerTokenInterceptor(tokens, SERVICE_NAMES[:1], METHOD_SCOPES)] if tokens else []
+        interceptors = [BearerTokenInterceptor(tokens, PROTECTED_SERVICES, METHOD_SCOPES)] if tokens else []
         self.server = grpc.aio.server(
             options=[*message_size_options(settings.max_message_bytes), *KEEPALIVE_SERVER_OPTIONS],
             interceptors=interceptors,
         )
         coordinator_pb2_grpc.add_CoordinatorServicer_to_server(CoordinatorServicer(self.runs), self.server)
         worker_reports_pb2_grpc.add_WorkerReportsServicer_to_server(WorkerReportsServicer(self.runs), self.server)
+        models_pb2_grpc.add_ModelRegistryServicer_to_server(ModelRegistryServicer(ModelRegistry(store)), self.server)
         health_servicer = add_health_and_reflection(self.server, SERVICE_NAMES)
         port = add_port(
             self.server, f"{settings.host}:{settings.port}", settings.tls_cert, settings.tls_key, settings.tls_client_ca

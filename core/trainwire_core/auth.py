@@ -7,6 +7,7 @@ A deployment gives each user or service its own token, with the scopes it needs:
 - ``read``: get, list and watch runs, download checkpoints;
 - ``cancel``: cancel runs;
 - ``predict``: inference;
+- ``serve``: move model aliases and set traffic policies (what predictors serve);
 - ``admin``: everything.
 
 The table comes from JSON, ``{"alice": {"token": "...", "scopes": ["submit-code", "read"]}}``
@@ -26,7 +27,8 @@ from dataclasses import dataclass
 from trainwire_core.errors import InvalidArgumentError, PermissionDeniedError
 
 SUBMIT_CODE, SUBMIT, READ, CANCEL, PREDICT, ADMIN = "submit-code", "submit", "read", "cancel", "predict", "admin"
-SCOPES = frozenset({SUBMIT_CODE, SUBMIT, READ, CANCEL, PREDICT, ADMIN})
+SERVE = "serve"
+SCOPES = frozenset({SUBMIT_CODE, SUBMIT, READ, CANCEL, PREDICT, SERVE, ADMIN})
 # A scope a token holds implies these too.
 _IMPLIED = {SUBMIT_CODE: {SUBMIT}, ADMIN: set(SCOPES)}
 
