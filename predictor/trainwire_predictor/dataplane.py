@@ -18,6 +18,7 @@ from trainwire_predictor import __version__
 from trainwire_predictor.batching import Batcher
 from trainwire_predictor.inference import InferenceRequest, InferenceResponse
 from trainwire_predictor.model_repository import ModelRepository, TensorSpec
+from trainwire_predictor.routing import Router
 from trainwire_predictor.statistics import ModelStats, Recorder, Recorders, Statistics, Timing, now_ns
 
 T = TypeVar("T")
@@ -56,6 +57,8 @@ class DataPlane:
         batcher: Runs model compute off the event loop, batching concurrent requests where safe.
         statistics: What the statistics extension answers from (default: a new, empty one).
         recorders: Also told of every request and model call (e.g. the Prometheus metrics).
+        router: Follows each model's traffic policy (weights, sticky keys, shadow); default: one
+            without Prometheus metrics.
     """
 
     def __init__(
@@ -64,8 +67,10 @@ class DataPlane:
         batcher: Batcher,
         statistics: Statistics | None = None,
         recorders: list[Recorder] | None = None,
+        router: Router | None = None,
     ) -> None:
         self.models = models
+        self.router = router if router is not None else Router(models)
         self.batcher = batcher
         self.statistics = statistics if statistics is not None else Statistics()
         self.recorder = Recorders([self.statistics, *(recorders or [])])
@@ -76,14 +81,19 @@ class DataPlane:
     async def infer(self, request: InferenceRequest, encode: Callable[[InferenceResponse], T]) -> T:
         """Scores one request and encodes the answer with the front end's ``encode``.
 
-        The encoding counts as the request's output time, and a failure anywhere after
-        the model was found counts as a failed request of that model.
+        A request that names no version follows its model's traffic policy (and sends the
+        policy's shadow a copy once the answer is ready). The encoding counts as the
+        request's output time, and a failure anywhere after the model was found counts
+        as a failed request of that model.
 
         Raises:
             TrainwireError: The model is not found (counted for no model, as in Triton),
                 or the request is bad (the field names where).
         """
         timing = Timing()
+        shadow = ""
+        if not request.model_version:
+            request, shadow = await self.router.route(request)
         model = await self.models.get(request.model_name, request.model_version)
         try:
             response = await self.batcher.infer(request, model, timing)
@@ -94,6 +104,8 @@ class DataPlane:
             self.recorder.failure(model.ref, now_ns() - timing.start_ns)
             raise
         self.recorder.success(model.ref, timing, now_ns() - timing.start_ns)
+        if shadow:
+            self.router.shadow(request, shadow, response)
         return encoded
 
     async def model_ready(self, name: str, version: str = "") -> bool:

@@ -6,14 +6,27 @@ contents as the repeated field of their datatype; the data plane decodes them.
 
 from __future__ import annotations
 
+from typing import Any
+
 from trainwire_core.errors import InvalidArgumentError
 from trainwire_core.inference import grpc_service_pb2 as pb
 from trainwire_core.inference.codec import CONTENTS_FIELDS, fill_contents, to_raw
 from trainwire_predictor.inference import InferenceRequest, InferenceResponse, InputTensor, datatype_name
 
 
-def request_from_proto(request: pb.ModelInferRequest) -> InferenceRequest:
+def routing_key_of(parameters: Any) -> str:
+    """The ``routing_key`` request parameter, as text ("" when absent)."""
+    if "routing_key" not in parameters:
+        return ""
+    param = parameters["routing_key"]
+    kind = param.WhichOneof("parameter_choice")
+    return "" if kind is None else str(getattr(param, kind))
+
+
+def request_from_proto(request: pb.ModelInferRequest, routing_key: str = "") -> InferenceRequest:
     """The protocol-neutral request; checks only what is particular to protobuf (raw vs typed contents).
+
+    The ``routing_key`` parameter wins over ``routing_key`` (the call's ``routing-key`` metadata).
 
     Raises:
         InvalidArgumentError: raw contents that do not match the inputs one to one, an input
@@ -40,7 +53,12 @@ def request_from_proto(request: pb.ModelInferRequest) -> InferenceRequest:
             field = f"inputs[{i}].contents"
             tensors.append(InputTensor(tensor.name, tensor.datatype, tensor.shape, _typed(tensor, field), field))
     return InferenceRequest(
-        request.model_name, request.model_version, request.id, tensors, [out.name for out in request.outputs]
+        request.model_name,
+        request.model_version,
+        request.id,
+        tensors,
+        [out.name for out in request.outputs],
+        routing_key_of(request.parameters) or routing_key,
     )
 
 

@@ -55,10 +55,13 @@ class InferenceRequest:
 
     Attributes:
         model_name: A run name or id.
-        model_version: A checkpoint id ("" for the run's best, else latest).
+        model_version: A checkpoint id or an alias ("" for the model's traffic policy, else
+            its best, else latest checkpoint).
         id: The caller's request id, echoed back.
         inputs: The input tensors, in request order.
         outputs: The outputs asked for, by name (empty: every output).
+        routing_key: The caller's sticky-routing key (the ``routing_key`` parameter or the
+            ``routing-key`` header); "" for none.
     """
 
     model_name: str
@@ -66,6 +69,7 @@ class InferenceRequest:
     id: str = ""
     inputs: list[InputTensor] = field(default_factory=list)
     outputs: list[str] = field(default_factory=list)
+    routing_key: str = ""
 
 
 @dataclass(slots=True)

@@ -43,6 +43,8 @@ logger = logging.getLogger(__name__)
 
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 _MAX_CACHED_NAMES = 10_000
+# Aliases and the traffic policy, beside checkpoints.json (written by the coordinator's ModelRegistry).
+REGISTRY_NAME = "aliases.json"
 
 
 @dataclass(frozen=True)
@@ -197,6 +199,7 @@ class ModelRepository:
         self._loading: dict[tuple[str, str], asyncio.Task[LoadedModel]] = {}
         self._names: dict[str, tuple[float, str | None]] = {}
         self._indexes: dict[str, tuple[float, dict[str, Any] | None]] = {}
+        self._registries: dict[str, tuple[float, dict[str, Any]]] = {}
         self._reads: dict[str, asyncio.Task[Any]] = {}
         self.compile_tree_models = compile_tree_models
         self._compiler = compiler
@@ -250,13 +253,29 @@ class ModelRepository:
         self._indexes[run_id] = (time.monotonic(), index)
         return index
 
+    async def registry(self, run_id: str, refresh: bool = False) -> dict[str, Any]:
+        """The run's aliases and traffic policy (``{}`` where none were set), read again after ``index_refresh_s``."""
+        cached = self._registries.get(run_id)
+        if cached is not None and not refresh and self._fresh(cached[0]):
+            return cached[1]
+        state = await self._read(self.store.path("runs", run_id, REGISTRY_NAME))
+        state = state if isinstance(state, dict) else {}
+        self._registries[run_id] = (time.monotonic(), state)
+        return state
+
+    async def run_of(self, name: str) -> str | None:
+        """The run id a model name means (None: no such run)."""
+        return await self._run_id(name) if name else None
+
     # --- resolution ------------------------------------------------------------
     async def resolve(self, name: str, version: str = "") -> ModelRef:
-        """The checkpoint a (model name, version) pair means right now.
+        """The checkpoint a (model name, version) pair means right now; ``version`` may be an alias.
+
+        A checkpoint id wins over an alias of the same name (the registry refuses such aliases).
 
         Raises:
             NotFoundError: No run of that name or id has a committed checkpoint,
-                or the run has no checkpoint ``version``.
+                or the run has no checkpoint or alias ``version``.
         """
         if not name:
             raise NotFoundError("a model name is required (a run name or run id)", field="model_name")
@@ -271,12 +290,24 @@ class ModelRepository:
         if not version:
             version = index.get("best") or index.get("latest") or ids[-1]
         elif version not in ids:
-            # A checkpoint committed since the last read: look again before saying no.
-            index = await self._index(run_id, refresh=True) or index
-            ids = [c["id"] for c in index["checkpoints"]]
+            aliased = (await self.registry(run_id)).get("aliases", {}).get(version)
+            if aliased is None:
+                # An alias set since the last read: look again before saying no.
+                aliased = (await self.registry(run_id, refresh=True)).get("aliases", {}).get(version)
+            alias, version = (version, str(aliased)) if aliased is not None else ("", version)
             if version not in ids:
+                # A checkpoint committed since the last read: look again before saying no.
+                index = await self._index(run_id, refresh=True) or index
+                ids = [c["id"] for c in index["checkpoints"]]
+            if version not in ids:
+                if alias:
+                    raise NotFoundError(
+                        f"alias {alias!r} of model {name!r} points to version {version!r}, which is not committed",
+                        field="model_version",
+                    )
                 raise NotFoundError(
-                    f"model {name!r} has no version {version!r}; committed versions: {', '.join(ids)}",
+                    f"model {name!r} has no version {version!r}; committed versions: {', '.join(ids)} "
+                    f"(and no alias {version!r})",
                     field="model_version",
                 )
         return ModelRef(run_id, index.get("run_name", ""), version, tuple(ids))

@@ -285,8 +285,13 @@ class RestFrontEnd:
         body = await self._receive_body(headers.get(b"content-length"), receive)
         length = headers.get(HEADER_LENGTH.encode())
         p = scope["path_params"]
+        key = headers.get(b"routing-key")
         infer_request, form = parse_infer_request(
-            body, length.decode("latin-1") if length is not None else None, p["model"], p.get("version", "")
+            body,
+            length.decode("latin-1") if length is not None else None,
+            p["model"],
+            p.get("version", ""),
+            key.decode("latin-1") if key is not None else "",
         )
         content, content_headers = await self.dataplane.infer(
             infer_request, functools.partial(encode_infer_response, form=form)

@@ -64,9 +64,11 @@ def _flag(params: Any, key: str, field: str) -> bool:
 
 
 def parse_infer_request(
-    body: bytes, header_length: str | None, model_name: str, model_version: str
+    body: bytes, header_length: str | None, model_name: str, model_version: str, routing_key: str = ""
 ) -> tuple[InferenceRequest, OutputForm]:
     """The protocol-neutral request of an ``/infer`` body, and the form its answer takes.
+
+    ``parameters.routing_key`` wins over ``routing_key`` (the ``routing-key`` header).
 
     Raises:
         InvalidArgumentError: Malformed JSON, a field of the wrong type, a bad header
@@ -139,7 +141,15 @@ def parse_infer_request(
         outputs.append(name)
         binary_outputs[name] = _flag(spec.get("parameters"), "binary_data", f"{field}.parameters")
     default = _flag(doc.get("parameters"), "binary_data_output", "parameters")
-    return InferenceRequest(model_name, model_version, request_id, inputs, outputs), OutputForm(default, binary_outputs)
+    key = _param(doc.get("parameters"), "routing_key", "parameters")
+    if key is not None:
+        if isinstance(key, bool) or not isinstance(key, (str, int)):
+            raise InvalidArgumentError(
+                "parameters.routing_key must be a string or an integer", field="parameters.routing_key"
+            )
+        routing_key = str(key)
+    request = InferenceRequest(model_name, model_version, request_id, inputs, outputs, routing_key)
+    return request, OutputForm(default, binary_outputs)
 
 
 def _json_data(arr: np.ndarray) -> list[Any]:

@@ -31,6 +31,7 @@ from trainwire_predictor.dataplane import DataPlane
 from trainwire_predictor.metrics import PredictorMetrics
 from trainwire_predictor.model_repository import ModelRepository
 from trainwire_predictor.rest import RestFrontEnd, RestServer
+from trainwire_predictor.routing import Router
 from trainwire_predictor.servicer import InferenceServicer
 from trainwire_predictor.settings import PredictorSettings
 
@@ -95,6 +96,7 @@ class PredictorServer:
                 batching=parse_batching(settings.dynamic_batching),
             ),
             recorders=[self.metrics] if self.metrics else [],
+            router=Router(self.models, registry=self.metrics.registry if self.metrics else None),
         )
         self.servicer = InferenceServicer(dataplane=self.dataplane)
         grpc_service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(self.servicer, self.server)
@@ -132,6 +134,8 @@ class PredictorServer:
             self.metrics_server = None
         if self.server is not None:
             await self.server.stop(grace_s)
+        if self.dataplane is not None:
+            self.dataplane.router.close()
         if self.executor is not None:
             self.executor.shutdown(wait=False, cancel_futures=True)
 

@@ -26,6 +26,14 @@ _RAW = functools.partial(response_to_proto, raw=True)
 _TYPED = functools.partial(response_to_proto, raw=False)
 
 
+def _routing_key(context: Context) -> str:
+    """The call's ``routing-key`` metadata ("" when absent): sticky routing for callers that cannot set parameters."""
+    for key, value in context.invocation_metadata() or ():
+        if key == "routing-key":
+            return value if isinstance(value, str) else value.decode("latin-1")
+    return ""
+
+
 class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     """The Open Inference Protocol over gRPC, on the data plane.
 
@@ -58,9 +66,9 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     def statistics(self) -> Statistics:
         return self.dataplane.statistics
 
-    async def infer(self, request: pb.ModelInferRequest) -> pb.ModelInferResponse:
+    async def infer(self, request: pb.ModelInferRequest, routing_key: str = "") -> pb.ModelInferResponse:
         encode = _RAW if request.raw_input_contents else _TYPED
-        return await self.dataplane.infer(request_from_proto(request), encode)
+        return await self.dataplane.infer(request_from_proto(request, routing_key), encode)
 
     @handle_errors
     async def ServerLive(self, request: pb.ServerLiveRequest, context: Context) -> pb.ServerLiveResponse:
@@ -94,7 +102,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
 
     @handle_errors
     async def ModelInfer(self, request: pb.ModelInferRequest, context: Context) -> pb.ModelInferResponse:
-        return await self.infer(request)
+        return await self.infer(request, _routing_key(context))
 
     @handle_errors
     async def ModelStreamInfer(
@@ -105,8 +113,9 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
 
         async def read() -> None:
             try:
+                routing_key = _routing_key(context)
                 async for request in request_iterator:
-                    await pending.put(asyncio.create_task(self._stream_one(request)))
+                    await pending.put(asyncio.create_task(self._stream_one(request, routing_key)))
             finally:
                 await pending.put(None)
 
@@ -120,10 +129,10 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
                 if (task := pending.get_nowait()) is not None:
                     task.cancel()
 
-    async def _stream_one(self, request: pb.ModelInferRequest) -> pb.ModelStreamInferResponse:
+    async def _stream_one(self, request: pb.ModelInferRequest, routing_key: str = "") -> pb.ModelStreamInferResponse:
         """One stream message; a failure is answered in error_message and the stream goes on."""
         try:
-            return pb.ModelStreamInferResponse(infer_response=await self.infer(request))
+            return pb.ModelStreamInferResponse(infer_response=await self.infer(request, routing_key))
         except Exception as exc:  # noqa: BLE001 - reported in the message
             if isinstance(exc, TrainwireError):
                 code, message, field = exc.code, exc.message, exc.field

@@ -1,0 +1,257 @@
+"""Traffic policies: weighted (A/B/N) and sticky routing across a model's versions, and shadow traffic.
+
+A model's policy lives in the store beside its aliases (``runs/<run_id>/aliases.json``,
+set through the coordinator's ModelRegistry) and is re-read as the index is, so
+every replica follows a change within ``index_refresh_s``. Only a request that
+names no version follows the weights; a named version or alias is served as asked.
+
+- **Weights**: percents over versions or aliases (an alias is followed as it moves).
+- **Sticky routing**: a request with a routing key lands on the point of [0, 100)
+  its hash gives, so it reaches the same version as long as the weights stay the same.
+- **Shadow**: after the served answer is ready, a copy of the request goes to the
+  shadow version in a background task, scored on threads of its own; its answer is
+  compared with the served one and dropped. It never delays, changes or fails the
+  served answer: at most ``max_shadow_inflight`` copies run at once (more are
+  dropped and counted), and every failure of a copy stays inside its task.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import collections
+import dataclasses
+import hashlib
+import logging
+import random
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from trainwire_predictor.batching import Batcher
+from trainwire_predictor.inference import InferenceRequest, InferenceResponse
+from trainwire_predictor.model_repository import ModelRepository
+
+logger = logging.getLogger(__name__)
+
+# Points on the weight ranges: percents to two decimals, so a 0.01% share is still reachable.
+_POINTS = 10_000
+# Seconds: 1 ms to 30 s.
+SHADOW_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+OUTCOMES = ("agree", "disagree", "error", "dropped")
+
+
+@dataclass(frozen=True)
+class Split:
+    """One policy's weights, ready to pick from: the targets and the cumulative upper bound of each."""
+
+    targets: tuple[str, ...]
+    bounds: tuple[float, ...]
+    shadow: str
+
+    @classmethod
+    def of(cls, route: dict[str, Any]) -> Split:
+        targets, bounds, total = [], [], 0.0
+        for entry in route.get("weights") or ():
+            total += float(entry.get("weight", 0))
+            targets.append(str(entry.get("version", "")))
+            bounds.append(total)
+        return cls(tuple(targets), tuple(bounds), str(route.get("shadow") or ""))
+
+    def pick(self, routing_key: str = "", rng: random.Random | None = None) -> str:
+        """The target a request goes to ("" when there are no weights): by its key's hash, else at random."""
+        if not self.targets:
+            return ""
+        total = self.bounds[-1]
+        if routing_key:
+            digest = hashlib.blake2b(routing_key.encode("utf-8", "surrogatepass"), digest_size=8).digest()
+            point = (int.from_bytes(digest, "big") % _POINTS) * total / _POINTS
+        else:
+            point = (rng or random).random() * total
+        # bisect_right: a point on a bound belongs to the next range, and a 0% target is never picked.
+        return self.targets[min(bisect.bisect_right(self.bounds, point), len(self.targets) - 1)]
+
+
+def outputs_agree(served: InferenceResponse, shadow: InferenceResponse, rtol: float, atol: float) -> bool:
+    """Whether two answers carry the same outputs: equal, or within the tolerance for floats."""
+    theirs = dict(shadow.outputs)
+    for name, ours in served.outputs:
+        other = theirs.get(name)
+        if other is None or other.shape != ours.shape:
+            return False
+        if ours.dtype.kind in "fc" or other.dtype.kind in "fc":
+            try:
+                if not np.allclose(ours, other, rtol=rtol, atol=atol, equal_nan=True):
+                    return False
+            except TypeError:
+                return False
+        elif not np.array_equal(ours, other):
+            return False
+    return True
+
+
+class ShadowMetrics:
+    """Prometheus metrics of shadow traffic (served beside the ``nv_inference_*`` ones).
+
+    - ``trainwire_shadow_requests_total{model, version, shadow_version, outcome}``: copies by
+      outcome (agree, disagree, error, dropped);
+    - ``trainwire_shadow_agreement_ratio{model, version, shadow_version}``: agree / (agree + disagree);
+    - ``trainwire_shadow_duration_seconds{model, shadow_version}``: how long a copy took.
+    """
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        labels = ("model", "version", "shadow_version")
+        by_outcome = (*labels, "outcome")
+        self.requests = Counter(
+            "trainwire_shadow_requests", "Shadow copies of requests, by outcome", by_outcome, registry=registry
+        )
+        self.agreement = Gauge(
+            "trainwire_shadow_agreement_ratio", "Shadow answers equal to the served ones", labels, registry=registry
+        )
+        self.duration = Histogram(
+            "trainwire_shadow_duration_seconds",
+            "Time a shadow copy took to answer",
+            ("model", "shadow_version"),
+            registry=registry,
+            buckets=SHADOW_BUCKETS_S,
+        )
+
+
+class Router:
+    """Chooses the version of requests that name none, and sends their shadow copies.
+
+    Args:
+        models: Resolution, the registry reads and the loaded-model cache.
+        max_shadow_inflight: Shadow copies running at once; more are dropped (counted).
+        shadow_threads: Threads scoring shadow copies (apart from the served requests' threads).
+        registry: Where the shadow metrics are registered (None: no Prometheus metrics).
+        rtol: Relative tolerance when comparing float outputs.
+        atol: Absolute tolerance when comparing float outputs.
+        rng: The source of unkeyed picks (tests seed it).
+    """
+
+    def __init__(
+        self,
+        models: ModelRepository,
+        *,
+        max_shadow_inflight: int = 32,
+        shadow_threads: int = 2,
+        registry: CollectorRegistry | None = None,
+        rtol: float = 1e-5,
+        atol: float = 1e-6,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.models = models
+        self.max_shadow_inflight = max(1, max_shadow_inflight)
+        self.shadow_threads = max(1, shadow_threads)
+        self.rtol, self.atol = rtol, atol
+        self.rng = rng or random.Random()
+        self.metrics = ShadowMetrics(registry) if registry is not None else None
+        # Outcome counts per (model, version, shadow version), for the agreement rate and tests.
+        self.counts: collections.Counter[tuple[str, str, str, str]] = collections.Counter()
+        self.shadow_seconds: collections.deque[float] = collections.deque(maxlen=1024)
+        self._splits: dict[str, tuple[dict[str, Any], Split]] = {}
+        self._batcher: Batcher | None = None
+        self._inflight = 0
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def route(self, request: InferenceRequest) -> tuple[InferenceRequest, str]:
+        """The request to serve (its version chosen by the policy when it names none) and the shadow target ("")."""
+        if request.model_version:
+            return request, ""
+        run_id = await self.models.run_of(request.model_name)
+        if run_id is None:
+            return request, ""  # resolution says NOT_FOUND, naming the model
+        state = await self.models.registry(run_id)
+        route = state.get("route")
+        if not route:
+            return request, ""
+        cached = self._splits.get(run_id)
+        if cached is None or cached[0] is not route:
+            # The registry's dict is replaced on each read: one Split per read.
+            cached = self._splits[run_id] = (route, Split.of(route))
+        split = cached[1]
+        target = split.pick(request.routing_key, self.rng)
+        if target:
+            request = dataclasses.replace(request, model_version=target)
+        return request, split.shadow
+
+    # --- shadow -------------------------------------------------------------
+    @property
+    def shadow_batcher(self) -> Batcher:
+        if self._batcher is None:
+            # Threads of its own: a slow shadow model cannot take the served requests' threads.
+            self._batcher = Batcher(ThreadPoolExecutor(self.shadow_threads, thread_name_prefix="trainwire-shadow"))
+        return self._batcher
+
+    @property
+    def shadow_inflight(self) -> int:
+        return self._inflight
+
+    def shadow(self, request: InferenceRequest, target: str, served: InferenceResponse) -> None:
+        """Sends a copy of ``request`` to ``target`` in the background; never raises, never waits."""
+        try:
+            if self._inflight >= self.max_shadow_inflight:
+                self._record(request.model_name, served.model_version, target, "dropped", None)
+                return
+            copy = dataclasses.replace(request, model_version=target)
+            task = asyncio.get_running_loop().create_task(self._shadow(copy, served))
+        except Exception:  # noqa: BLE001 - the served answer must go out whatever happens here
+            logger.warning("cannot send a shadow copy to %s", target, exc_info=True)
+            return
+        self._inflight += 1
+        self._tasks.add(task)
+        task.add_done_callback(self._shadow_done)
+
+    def _shadow_done(self, task: asyncio.Task[None]) -> None:
+        self._inflight -= 1
+        self._tasks.discard(task)
+
+    async def _shadow(self, request: InferenceRequest, served: InferenceResponse) -> None:
+        started = time.perf_counter()
+        target = request.model_version
+        try:
+            model = await self.models.get(request.model_name, target)
+            target = model.ref.checkpoint_id
+            answer = await self.shadow_batcher.infer(request, model)
+            outcome = "agree" if outputs_agree(served, answer, self.rtol, self.atol) else "disagree"
+        except asyncio.CancelledError:
+            return
+        except Exception as exc:  # noqa: BLE001 - a failing shadow is counted, never reported to the caller
+            logger.debug("shadow copy to %s failed: %s", target, exc)
+            outcome = "error"
+        self._record(request.model_name, served.model_version, target, outcome, time.perf_counter() - started)
+
+    def _record(self, model: str, version: str, shadow: str, outcome: str, seconds: float | None) -> None:
+        key = (model, version, shadow)
+        self.counts[(*key, outcome)] += 1
+        if seconds is not None:
+            self.shadow_seconds.append(seconds)
+        if self.metrics is None:
+            return
+        self.metrics.requests.labels(*key, outcome).inc()
+        if seconds is not None:
+            self.metrics.duration.labels(model, shadow).observe(seconds)
+        if outcome in ("agree", "disagree"):
+            self.metrics.agreement.labels(*key).set(self.agreement(*key))
+
+    def agreement(self, model: str, version: str, shadow: str) -> float:
+        """Share of compared shadow answers equal to the served ones (NaN before the first)."""
+        agree = self.counts[(model, version, shadow, "agree")]
+        compared = agree + self.counts[(model, version, shadow, "disagree")]
+        return agree / compared if compared else float("nan")
+
+    async def drain(self) -> None:
+        """Waits for the shadow copies in flight (tests, shutdown)."""
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+    def close(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        if self._batcher is not None:
+            self._batcher.executor.shutdown(wait=False, cancel_futures=True)  # type: ignore[attr-defined]
