@@ -287,3 +287,73 @@ def test_the_routing_key_comes_from_parameters_or_the_header_on_both_protocols()
     with pytest.raises(InvalidArgumentError) as err:
         parse_infer_request(body % b', "parameters": {"routing_key": [1]}', None, "m", "")
     assert err.value.field == "parameters.routing_key"
+
+
+@pytest.fixture
+def live_predictor(tmp_path, local_booster):
+    """A predictor (gRPC and REST) on a store holding one booster as versions c1 and c2 of model "live"."""
+    from trainwire.xgboost.checkpoint import XGBoostCheckpoint
+    from trainwire_predictor.server import PredictorThread
+    from trainwire_predictor.settings import PredictorSettings
+
+    store = Store(str(tmp_path / "live"))
+    path = XGBoostCheckpoint.from_model(local_booster).path
+    manager = commit_checkpoint(store, "run-live", "live", "c1", path, 1)
+    commit_checkpoint(store, "run-live", "live", "c2", path, 2, manager=manager)
+    thread = PredictorThread(
+        PredictorSettings(port=0, http_port=0, store=store.uri, index_refresh_s=0.2, compile_tree_models=False)
+    )
+    thread.start()
+    yield store, thread.server
+    thread.stop()
+
+
+def test_both_protocols_serve_aliases_and_sticky_routes(live_predictor, valid_x):
+    import json
+    import urllib.error
+    import urllib.request
+
+    import grpc
+
+    from trainwire_core.inference import grpc_service_pb2 as pb
+    from trainwire_core.inference import grpc_service_pb2_grpc as pb_grpc
+
+    store, server = live_predictor
+    registry = ModelRegistry(store)
+    row = valid_x.to_numpy(np.float64)[:1]
+
+    def grpc_infer(version: str = "", key: str = "") -> str:
+        message = pb.ModelInferRequest(model_name="live", model_version=version)
+        message.inputs.add(name="input", datatype="FP64", shape=row.shape)
+        message.raw_input_contents.append(row.tobytes())
+        return stub.ModelInfer(message, metadata=[("routing-key", key)] if key else None).model_version
+
+    def rest_infer(version: str = "", key: str = "") -> str:
+        path = f"/v2/models/live/versions/{version}/infer" if version else "/v2/models/live/infer"
+        body = {"inputs": [{"name": "input", "datatype": "FP64", "shape": list(row.shape), "data": row.tolist()}]}
+        req = urllib.request.Request(f"http://{server.http_address}{path}", json.dumps(body).encode())
+        if key:
+            req.add_header("routing-key", key)
+        with urllib.request.urlopen(req, timeout=10) as answer:
+            return json.loads(answer.read())["model_version"]
+
+    with grpc.insecure_channel(server.address) as channel:
+        stub = pb_grpc.GRPCInferenceServiceStub(channel)
+        registry.set_alias("live", "production", "c1")
+        assert grpc_infer("production") == rest_infer("production") == "c1"
+        registry.set_alias("live", "production", "c2")
+        time.sleep(0.3)  # the predictor's index refresh interval (0.2 s), and a little
+        assert grpc_infer("production") == rest_infer("production") == "c2"
+        with pytest.raises(grpc.RpcError) as err:
+            grpc_infer("nope")
+        assert err.value.code() == grpc.StatusCode.NOT_FOUND and "'nope'" in err.value.details()
+        with pytest.raises(urllib.error.HTTPError) as http_err:
+            rest_infer("nope")
+        assert http_err.value.code == 404
+
+        registry.set_route("live", [("c1", 50), ("production", 50)])
+        time.sleep(0.3)
+        for key in ("user-1", "user-2", "user-3", "user-4"):
+            # One key, one version, whichever protocol carries it.
+            assert len({grpc_infer(key=key) for _ in range(5)} | {rest_infer(key=key) for _ in range(5)}) == 1
+        assert {grpc_infer() for _ in range(40)} == {"c1", "c2"}
