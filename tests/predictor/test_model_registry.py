@@ -166,3 +166,21 @@ def test_parse_weights():
     for bad in ("a", "a=x", "=5", "a=-1"):
         with pytest.raises(InvalidArgumentError):
             parse_weights(bad)
+
+
+def test_the_coordinator_serves_the_registry_with_health(coordinator_address, store, tmp_path, capsys):
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    src = tmp_path / "ckpt"
+    src.mkdir()
+    (src / "model.bin").write_bytes(b"fake")
+    commit_checkpoint(store, "run-coord-reg", "coord-reg", "k1", str(src))
+    assert run_cli(capsys, coordinator_address, "alias", "coord-reg", "live", "k1", token="")[:2] == (
+        0,
+        "coord-reg live -> k1\n",
+    )
+    assert store.exists(store.path("runs", "run-coord-reg", "aliases.json"))
+    with grpc.insecure_channel(coordinator_address) as channel:
+        check = health_pb2_grpc.HealthStub(channel).Check
+        status = check(health_pb2.HealthCheckRequest(service="trainwire.v1.ModelRegistry"), timeout=5).status
+    assert status == health_pb2.HealthCheckResponse.SERVING
