@@ -96,7 +96,12 @@ class PredictorServer:
                 batching=parse_batching(settings.dynamic_batching),
             ),
             recorders=[self.metrics] if self.metrics else [],
-            router=Router(self.models, registry=self.metrics.registry if self.metrics else None),
+            router=Router(
+                self.models,
+                max_shadow_inflight=settings.shadow_max_inflight,
+                shadow_threads=settings.shadow_threads,
+                registry=self.metrics.registry if self.metrics else None,
+            ),
         )
         self.servicer = InferenceServicer(dataplane=self.dataplane)
         grpc_service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(self.servicer, self.server)

@@ -55,3 +55,7 @@ class PredictorSettings(BaseSettings):
     # Compile XGBoost and LightGBM models with Treelite + TL2cgen (cached beside the checkpoint);
     # off, or where compiling fails, the framework's own predict serves.
     compile_tree_models: bool = True
+    # Shadow traffic (a model's traffic policy): copies scored at once (more are dropped and
+    # counted), and the threads that score them apart from the served requests' threads.
+    shadow_max_inflight: int = 32
+    shadow_threads: int = 2
