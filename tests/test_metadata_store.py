@@ -348,7 +348,9 @@ def test_batched_watch_sends_the_events_watch_sends(tmp_path):
             metrics = struct_pb2.Struct()
             metrics.update({"loss": 1.0 / k, "nested": {"lr": 0.1}})
             await log.append(
-                coordinator_pb2.RunEvent(run_id="r", metrics=coordinator_pb2.MetricsEvent(report_index=k, metrics=metrics))
+                coordinator_pb2.RunEvent(
+                    run_id="r", metrics=coordinator_pb2.MetricsEvent(report_index=k, metrics=metrics)
+                )
             )
         await log.append(
             coordinator_pb2.RunEvent(run_id="r", state_change=coordinator_pb2.StateChange(state=common_pb2.SUCCEEDED))
