@@ -136,6 +136,6 @@ def test_call_works_through_reflection_alone(name, channel, served_model):
         assert response.model_name == MODEL
         assert response.id == request.id
         rows = np.array(request.inputs[0].contents.fp64_contents).reshape(list(request.inputs[0].shape))
-        expected = served_model.predict(rows)["predictions"].to_numpy()
+        expected = served_model.predict(rows)  # numpy in, the predictions array out
         got = np.array(response.outputs[0].contents.fp32_contents, dtype=np.float32)
         np.testing.assert_allclose(got, expected, rtol=1e-6)
