@@ -112,7 +112,9 @@ def test_checkpoint_loads_and_predictor_matches_the_model(tf_result, regression_
     rows = regression_data[FEATURES].to_numpy("float32")[:10]
     predictor = TensorflowPredictor.from_checkpoint(tf_result.checkpoint)
     out = predictor.predict(rows)
-    np.testing.assert_allclose(out["predictions"].to_numpy(), model.predict(rows, verbose=0)[:, 0], rtol=1e-6)
+    np.testing.assert_allclose(
+        out["predictions"], model.predict(rows, verbose=0)[:, 0], rtol=1e-6
+    )  # numpy in, numpy out
 
 
 def test_callback_checkpoints_hold_the_model(tf_result):
