@@ -96,7 +96,8 @@ class DataPlane:
             request, shadow = await self.router.route(request)
         model = await self.models.get(request.model_name, request.model_version)
         try:
-            response = await self.batcher.infer(request, model, timing)
+            with model.serving():  # the cache keeps a model while it scores
+                response = await self.batcher.infer(request, model, timing)
             started = now_ns()
             encoded = encode(response)
             timing.output_ns += now_ns() - started

@@ -21,10 +21,11 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import logging
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,7 +36,7 @@ from trainwire.predictor import Predictor
 from trainwire_core import frameworks
 from trainwire_core.errors import DataLossError, FailedPreconditionError, NotFoundError, TrainwireError
 from trainwire_core.inference.codec import NUMERIC, datatype_of
-from trainwire_core.manifest import verify_checkpoint
+from trainwire_core.manifest import read_manifest, verify_checkpoint
 from trainwire_core.storage import MANIFEST_NAME, Store
 from trainwire_predictor.compiled_trees import CompileResult, TreeCompiler, supports
 
@@ -84,6 +85,19 @@ class LoadedModel:
     compile_result: CompileResult | None = None
     # Nanoseconds a batched model call has taken per row (a moving average), once measured.
     ns_per_row: float | None = None
+    # What the checkpoint's files take (its manifest): what the cache's byte budget counts.
+    size_bytes: int = 0
+    # Requests scoring on it now; the cache never drops a model while any are.
+    in_flight: int = 0
+
+    @contextlib.contextmanager
+    def serving(self) -> Iterator[LoadedModel]:
+        """Marks the model in use for one request (on the event loop: no lock needed)."""
+        self.in_flight += 1
+        try:
+            yield self
+        finally:
+            self.in_flight -= 1
 
     @property
     def columns(self) -> list[str] | None:
@@ -170,6 +184,8 @@ class ModelRepository:
     Args:
         store: The shared store the coordinator commits to.
         cache_size: Loaded checkpoints kept (least recently used dropped first).
+        cache_bytes: Most bytes of loaded checkpoints kept (their files' sizes); 0: no limit. The
+            least recently used go first, never one with requests in flight.
         index_refresh_s: Age after which a cached index or name is read again.
         loader: Loads (store, run_id, checkpoint_id) -> (framework, Predictor); tests inject fakes.
         compile_tree_models: Compile XGBoost and LightGBM models for serving (else the framework predicts).
@@ -181,6 +197,7 @@ class ModelRepository:
         store: Store,
         *,
         cache_size: int = 16,
+        cache_bytes: int = 0,
         index_refresh_s: float = 1.0,
         loader: Callable[[Store, str, str], tuple[str, Predictor]] = load_predictor,
         compile_tree_models: bool = False,
@@ -188,6 +205,8 @@ class ModelRepository:
     ) -> None:
         self.store = store
         self.cache_size = max(1, cache_size)
+        self.cache_bytes = max(0, cache_bytes)
+        self.evictions = 0
         self.index_refresh_s = index_refresh_s
         self.loader = loader
         self.loads: collections.Counter[tuple[str, str]] = collections.Counter()
@@ -359,12 +378,13 @@ class ModelRepository:
                 f"checkpoint): {type(exc).__name__}: {exc}",
                 field="model_name",
             ) from exc
-        model = LoadedModel(ref, framework, predictor, inputs, outputs)
+        model = LoadedModel(
+            ref, framework, predictor, inputs, outputs, size_bytes=await asyncio.to_thread(self._size, ref)
+        )
         if self.compile_tree_models and supports(framework, predictor):
             await self._compile(model)  # never raises: the framework serves where compiling fails
         self._cache[ref.key] = model
-        while len(self._cache) > self.cache_size:
-            self._cache.popitem(last=False)
+        self._evict(keep=ref.key)
         logger.info(
             "loaded model %s (run %s) version %s in %.2f s",
             name,
@@ -373,6 +393,40 @@ class ModelRepository:
             time.monotonic() - started,
         )
         return model
+
+    def _size(self, ref: ModelRef) -> int:
+        """The checkpoint's bytes as its manifest lists them (blocking)."""
+        entries = read_manifest(self.store, self.store.checkpoint_dir(ref.run_id, ref.checkpoint_id))
+        return sum(entry.size_bytes for entry in entries or ())
+
+    def cached_bytes(self) -> int:
+        """Bytes of the loaded checkpoints (their files' sizes)."""
+        return sum(model.size_bytes for model in self._cache.values())
+
+    def _evict(self, keep: tuple[str, str]) -> None:
+        """Drops least recently used models until the count and byte budgets hold.
+
+        A model with requests in flight is skipped (it stays, over budget, until a later load
+        finds it idle), and so is ``keep``, the one just loaded.
+        """
+
+        def over() -> bool:
+            too_many = len(self._cache) > self.cache_size
+            return too_many or (self.cache_bytes > 0 and self.cached_bytes() > self.cache_bytes)
+
+        for key in list(self._cache):
+            if not over():
+                return
+            if key == keep or self._cache[key].in_flight:
+                continue
+            del self._cache[key]
+            self.evictions += 1
+        if over():
+            logger.warning(
+                "model cache over budget (%d models, %d bytes): the rest are serving requests",
+                len(self._cache),
+                self.cached_bytes(),
+            )
 
     @property
     def compiler(self) -> TreeCompiler:

@@ -217,7 +217,8 @@ class Router:
         try:
             model = await self.models.get(request.model_name, target)
             target = model.ref.checkpoint_id
-            answer = await self.shadow_batcher.infer(request, model)
+            with model.serving():
+                answer = await self.shadow_batcher.infer(request, model)
             outcome = "agree" if outputs_agree(served, answer, self.rtol, self.atol) else "disagree"
         except asyncio.CancelledError:
             return

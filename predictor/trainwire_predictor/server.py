@@ -75,6 +75,7 @@ class PredictorServer:
         self.models = ModelRepository(
             store,
             cache_size=settings.model_cache_size,
+            cache_bytes=settings.model_cache_bytes,
             index_refresh_s=settings.index_refresh_s,
             compile_tree_models=settings.compile_tree_models,
         )

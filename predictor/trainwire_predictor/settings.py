@@ -40,6 +40,9 @@ class PredictorSettings(BaseSettings):
     max_message_bytes: int = 64 * 1024 * 1024
     # Loaded checkpoints kept in memory (least recently used dropped first).
     model_cache_size: int = 16
+    # ... and at most this many bytes of them (their checkpoint files' sizes; 0: no limit). A
+    # model with requests in flight is never dropped: the cache stays over budget until it is idle.
+    model_cache_bytes: int = 0
     # Threads that run model compute off the event loop.
     worker_threads: int = 4
     # A model call measured to take at most this long for its rows (a compiled tree model on

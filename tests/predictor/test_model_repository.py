@@ -138,3 +138,34 @@ def test_unload_drops_one_version_or_all(local_store, xgb_dir):
         assert not any(repo.is_loaded(r) for r in refs)
 
     asyncio.run(go())
+
+
+def test_a_byte_budget_drops_the_least_recently_used_but_never_a_model_in_flight(local_store, xgb_dir):
+    manager = commit_checkpoint(local_store, "run-b", "budget", "c1", xgb_dir, 1)
+    for i in (2, 3, 4):
+        commit_checkpoint(local_store, "run-b", "budget", f"c{i}", xgb_dir, i, manager=manager)
+    size = sum(os.path.getsize(os.path.join(xgb_dir, f)) for f in os.listdir(xgb_dir))
+    repo = ModelRepository(local_store, cache_bytes=2 * size + size // 2)  # room for two
+
+    async def go():
+        assert (await repo.get("budget", "c1")).size_bytes >= size  # the manifest's files
+        await repo.get("budget", "c2")
+        await repo.get("budget", "c3")  # over budget: c1, the least recently used, goes
+        assert repo.cached_bytes() <= repo.cache_bytes
+        c2 = await repo.get("budget", "c2")
+        with c2.serving():
+            await repo.get("budget", "c1")  # c3 is the least recently used idle one
+            await repo.get("budget", "c4")  # c2 is older but scoring: c1 goes
+            loaded = {k[1] for k in repo._cache}
+            assert loaded == {"c2", "c4"}
+            # Nothing idle to drop: the cache stays over budget rather than drop c2 mid-request.
+            small = ModelRepository(local_store, cache_bytes=size)
+            first = await small.get("budget", "c1")
+            with first.serving():
+                await small.get("budget", "c2")
+                assert {k[1] for k in small._cache} == {"c1", "c2"}
+            await small.get("budget", "c3")
+            assert {k[1] for k in small._cache} == {"c3"}
+
+    asyncio.run(go())
+    assert repo.loads[("run-b", "c1")] == 2 and repo.evictions == 3  # c1, c3, c1
