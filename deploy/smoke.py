@@ -5,9 +5,11 @@ Run it from a client host of a deployment (compose, the twin's ``client`` namesp
     TRAINWIRE_ADDRESS=coordinator:50051 python deploy/smoke.py \
         --predictor predictor-1:8001 --predictor predictor-2:8001 --console http://console:8265
 
-Prints one JSON line with the run, what each replica answered and what the console's pages
-showed of the run; exits non-zero when a replica's answers differ from the in-process
-predictor's, or when the console does not show the run as it ended.
+Prints one JSON line with the run, what each replica answered, how long an alias move took to
+reach every replica, and what the console's pages showed of the run; exits non-zero when a
+replica's answers differ from the in-process predictor's, when a moved alias is not served by
+every replica within the predictors' index refresh (plus a second for the calls), or when the
+console does not show the run as it ended.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import time
 import urllib.parse
 import urllib.request
 
+import grpc
 import numpy as np
 from sklearn.datasets import load_breast_cancer
 from sklearn.model_selection import train_test_split
@@ -28,8 +31,13 @@ from sklearn.model_selection import train_test_split
 import trainwire
 from trainwire import CheckpointConfig, PredictorClient, RunConfig, ScalingConfig
 from trainwire.client import CoordinatorClient
+from trainwire.model_registry import ModelRegistryClient
+from trainwire.predictor_client import encode_request
 from trainwire.xgboost import XGBoostPredictor, XGBoostTrainer
+from trainwire_core.inference import grpc_service_pb2_grpc
 from trainwire_core.v1 import common_pb2
+
+ALIAS = "production"
 
 
 def _predict(address: str, model: str, features, timeout_s: float) -> np.ndarray:  # type: ignore[no-untyped-def]
@@ -45,6 +53,41 @@ def _predict(address: str, model: str, features, timeout_s: float) -> np.ndarray
             time.sleep(1.0)
 
 
+def _served_versions(predictors: list[str], model: str, version: str, features) -> list[str]:  # type: ignore[no-untyped-def]
+    """The checkpoint each replica answers ``version`` (an alias) with, asked directly: one row each."""
+    token = os.environ.get("TRAINWIRE_PREDICTOR_TOKEN")
+    metadata = (("authorization", f"Bearer {token}"),) if token else ()
+    request = encode_request(model, features.iloc[:1], version)
+    served = []
+    for address in predictors:
+        with grpc.insecure_channel(address) as channel:
+            stub = grpc_service_pb2_grpc.GRPCInferenceServiceStub(channel)
+            try:
+                served.append(stub.ModelInfer(request, timeout=5, metadata=metadata).model_version)
+            except grpc.RpcError as err:
+                served.append(f"error: {err.code().name}")
+    return served
+
+
+def _alias_move(predictors: list[str], model: str, versions: list[str], features, timeout_s: float) -> dict:  # type: ignore[no-untyped-def]
+    """Points the alias at one kept checkpoint, then moves it to another; how long every replica took to follow."""
+    with ModelRegistryClient(os.environ["TRAINWIRE_ADDRESS"]) as registry:
+        for version in versions:
+            registry.set_alias(model, ALIAS, version)
+            moved, deadline = time.monotonic(), time.monotonic() + timeout_s
+            while (served := _served_versions(predictors, model, ALIAS, features)) != [version] * len(predictors):
+                if time.monotonic() > deadline:
+                    raise AssertionError(f"alias {ALIAS!r} -> {version}: the replicas serve {served}")
+                time.sleep(0.05)
+            seen_s = time.monotonic() - moved
+    return {
+        "alias": ALIAS,
+        "moved_to": versions[-1],
+        "moves": len(versions),
+        "seen_by_every_replica_s": round(seen_s, 2),
+    }
+
+
 def _get(url: str, timeout_s: float = 10.0) -> str:
     """A plain HTTP GET, never through a proxy (the deployment's names resolve inside it only)."""
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
@@ -52,7 +95,7 @@ def _get(url: str, timeout_s: float = 10.0) -> str:
         return answer.read().decode()
 
 
-def _console(base: str, run_id: str, name: str, timeout_s: float) -> dict:
+def _console(base: str, run_id: str, name: str, version: str, timeout_s: float) -> dict:
     """What the console's pages show of a run, fetched over HTTP as a browser would (no browser).
 
     Raises:
@@ -77,7 +120,9 @@ def _console(base: str, run_id: str, name: str, timeout_s: float) -> dict:
         time.sleep(0.5)
     # The models the predictors serve, as the console sees them through their service name.
     models = _get(f"{base}/models")
-    model_row = re.search(rf'data-model="{re.escape(name)}".*?</tr>', models, re.S)
+    # The row of the version the replicas served by default (the alias check asked another one).
+    row = rf'data-model="{re.escape(name)}" data-version="{re.escape(version)}".*?</tr>'
+    model_row = re.search(row, models, re.S)
     inferences = re.search(r'data-field="inference_count">(\d+)<', model_row.group(0)) if model_row else None
     # Its own copy of the browser libraries (npm ci, copied into the package), no CDN.
     htmx = _get(f"{base}/static/vendor/htmx.min.js")
@@ -92,7 +137,7 @@ def _console(base: str, run_id: str, name: str, timeout_s: float) -> dict:
     }
     assert shown["list_state"] == shown["page_state"] == shown["series_state"] == "SUCCEEDED", shown
     assert shown["series_name"] == name and points > 0 and len(htmx) > 10_000, shown
-    assert model_row, f"{base}/models does not list the model {name!r}"
+    assert model_row, f"{base}/models does not list the model {name!r} version {version!r}"
     return shown
 
 
@@ -102,6 +147,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--console", help="the console's base URL (http://console:8265): its pages must show the run")
     parser.add_argument("--name", default="smoke")
     parser.add_argument("--num-workers", type=int, default=2)
+    parser.add_argument(
+        "--index-refresh-s", type=float, default=1.0, help="the predictors' TRAINWIRE_PREDICTOR_INDEX_REFRESH_S"
+    )
     args = parser.parse_args(argv)
 
     df = load_breast_cancer(as_frame=True).frame
@@ -116,7 +164,10 @@ def main(argv: list[str] | None = None) -> int:
         num_boost_round=20,
         datasets={"train": train_df, "valid": valid_df},
         scaling_config=ScalingConfig(num_workers=args.num_workers),
-        run_config=RunConfig(name=args.name, checkpoint_config=CheckpointConfig(num_to_keep=2), verbose=0),
+        # Two checkpoints kept (rounds 10 and 20): versions for the alias to move between.
+        run_config=RunConfig(
+            name=args.name, checkpoint_config=CheckpointConfig(num_to_keep=2, checkpoint_frequency=10), verbose=0
+        ),
     ).fit()
     fit_s = time.monotonic() - started
     features = valid_df.drop(columns=["target"])
@@ -130,7 +181,8 @@ def main(argv: list[str] | None = None) -> int:
         "predictors": {},
     }
     coordinator = CoordinatorClient(os.environ["TRAINWIRE_ADDRESS"])
-    report["state"] = common_pb2.RunState.Name(coordinator.get_run(result.run_id).state)
+    run = coordinator.get_run(result.run_id)
+    report["state"] = common_pb2.RunState.Name(run.state)
     coordinator.close()
     ok = True
     for address in args.predictor:
@@ -139,10 +191,21 @@ def main(argv: list[str] | None = None) -> int:
         accuracy = float(((served > 0.5) == valid_df["target"].to_numpy()).mean())
         report["predictors"][address] = {"rows": len(served), "same_as_local": same, "accuracy": round(accuracy, 3)}
         ok = ok and same
+    kept = [c.checkpoint_id for c in run.best_checkpoints]
+    if len(args.predictor) > 0 and len(kept) >= 2:
+        # Every replica must serve a moved alias within its index refresh (a second for the calls).
+        try:
+            report["alias_move"] = _alias_move(args.predictor, args.name, kept[:2], features, timeout_s=30)
+            ok = ok and report["alias_move"]["seen_by_every_replica_s"] <= args.index_refresh_s + 1.0
+        except (AssertionError, trainwire.TrainwireError) as err:
+            report["alias_move"] = {"error": f"{type(err).__name__}: {err}"}
+            ok = False
     if args.console:
         started = time.monotonic()
         try:
-            report["console"] = _console(args.console, result.run_id, args.name, timeout_s=30)
+            report["console"] = _console(
+                args.console, result.run_id, args.name, run.latest_checkpoint.checkpoint_id, timeout_s=30
+            )
             report["console"]["seconds"] = round(time.monotonic() - started, 2)
         except (AssertionError, OSError, ValueError) as err:
             report["console"] = {"error": f"{type(err).__name__}: {err}"}

@@ -159,6 +159,9 @@ def test_fit_on_the_twin_served_by_every_predictor_replica(tmp_path: Path):
             assert served["same_as_local"], address
             assert served["rows"] == 171 and served["accuracy"] > 0.9, served
         assert set(report["predictors"]) == {"predictor-1:8001", "predictor-2:8001"}
+        # An alias moved through the coordinator reaches both replicas within their index refresh (1 s).
+        moved = report["alias_move"]
+        assert moved["moves"] == 2 and moved["seen_by_every_replica_s"] <= 2.0, moved
         # The console, from the client host over plain HTTP: the run in its list, its page and its
         # curve, SUCCEEDED; the model as both replicas serve it (their statistics summed).
         shown = report["console"]
