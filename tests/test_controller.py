@@ -353,6 +353,9 @@ def test_a_failure_within_max_failures_restarts_and_past_it_fails(tmp_path):
         await h.done()
         assert h.states == [S.PENDING, S.STARTING, S.RUNNING, S.RESTARTING, S.STARTING, S.RUNNING, S.FAILED]
         assert h.reasons()[2].startswith("restart 1 after failure: rank 1 raised ValueError")
+        # Each state change says why another attempt follows, where one does (the console's timeline).
+        causes = [e.state_change.cause for e in h.events if e.HasField("state_change")]
+        assert causes == ["", "", "failure", "", "", ""]
         assert h.run.num_failures == 2 and h.run.error.world_rank == 0
         assert isinstance(h.controller.state, Failed) and h.controller.state.error == h.run.error
         assert first.shut_down is False  # torn down at once after a failure
@@ -537,6 +540,7 @@ def test_a_new_coordinator_takes_a_run_over_without_counting_a_failure(tmp_path)
         await h.done()
         assert h.states == [S.PENDING, S.RESTARTING, S.STARTING, S.RUNNING, S.SUCCEEDED]
         assert h.run.num_coordinator_restarts == 1 and h.run.num_failures == 0
+        assert h.events[0].state_change.cause == "coordinator_restart"
 
         h = Harness(tmp_path)
         h.checkpoints.load = lambda: (_ for _ in ()).throw(OSError("store unreachable"))  # type: ignore[method-assign]

@@ -27,6 +27,13 @@ from trainwire_core.v1 import common_pb2, coordinator_pb2
 
 # Runs kept in memory at once (least recently opened are dropped first).
 MAX_FEEDS = 64
+# The timeline's words for StateChange.cause (the controller's restart causes).
+CAUSE_LABELS = {
+    "failure": "restart after a failure",
+    "lost_worker": "restart: a worker's node was lost",
+    "resize": "resize",
+    "coordinator_restart": "coordinator take-over",
+}
 
 
 def numbers_of(struct: struct_pb2.Struct, prefix: str = "") -> dict[str, float]:
@@ -55,6 +62,8 @@ def event_to_dict(event: coordinator_pb2.RunEvent, created_s: float) -> dict[str
     elif kind == "state_change":
         out["state"] = common_pb2.RunState.Name(event.state_change.state)
         out["reason"] = event.state_change.reason
+        # Why another attempt follows: a restart, a resize, a lost worker, a coordinator take-over.
+        out["cause"] = CAUSE_LABELS.get(event.state_change.cause, event.state_change.cause)
     elif kind == "checkpoint":
         c = event.checkpoint
         out["checkpoint"] = {"id": c.checkpoint_id, "index": c.index, "size_bytes": c.size_bytes}

@@ -302,11 +302,8 @@ class RunController:
         self.run.state = state
         self.run.state_reason = reason
         # Event before record: a watcher that sees the end has the event too.
-        await self.deps.emit(
-            coordinator_pb2.RunEvent(
-                run_id=self.run.run_id, state_change=coordinator_pb2.StateChange(state=state, reason=reason)
-            )
-        )
+        change = coordinator_pb2.StateChange(state=state, reason=reason, cause=new.cause)
+        await self.deps.emit(coordinator_pb2.RunEvent(run_id=self.run.run_id, state_change=change))
         await self.deps.save_run(self.run)
 
     async def _main(self) -> None:

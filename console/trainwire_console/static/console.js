@@ -157,12 +157,17 @@ const trainwire = (() => {
     if (ev.kind === "state_change") {
       text = `<span class="state ${ev.state}">${ev.state}</span> `;
       li.dataset.state = ev.state;
+      if (ev.cause) {
+        li.dataset.cause = ev.cause;
+        text += `<b class="cause"></b> `;
+      }
     } else if (ev.kind === "checkpoint") {
       text = "checkpoint ";
     } else if (ev.kind === "worker_error") {
       text = `<b>worker failure</b> rank ${ev.error.rank}, attempt ${ev.error.attempt + 1}: `;
     }
     li.innerHTML = when + text;
+    if (ev.cause) li.querySelector(".cause").textContent = ev.cause;
     if (ev.kind === "state_change") li.append(ev.reason || "");
     if (ev.kind === "checkpoint") li.append(`${ev.checkpoint.id} (index ${ev.checkpoint.index})`);
     if (ev.kind === "worker_error") li.append(`${ev.error.type}: ${ev.error.message}`);

@@ -225,12 +225,14 @@ class CancelRunRequest(_message.Message):
     def __init__(self, run_id: _Optional[str] = ...) -> None: ...
 
 class StateChange(_message.Message):
-    __slots__ = ("state", "reason")
+    __slots__ = ("state", "reason", "cause")
     STATE_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
+    CAUSE_FIELD_NUMBER: _ClassVar[int]
     state: _common_pb2.RunState
     reason: str
-    def __init__(self, state: _Optional[_Union[_common_pb2.RunState, str]] = ..., reason: _Optional[str] = ...) -> None: ...
+    cause: str
+    def __init__(self, state: _Optional[_Union[_common_pb2.RunState, str]] = ..., reason: _Optional[str] = ..., cause: _Optional[str] = ...) -> None: ...
 
 class MetricsEvent(_message.Message):
     __slots__ = ("report_index", "metrics")
