@@ -170,3 +170,15 @@ def test_a_read_token_cannot_predict(tmp_path):
             assert info.value.code() == grpc.StatusCode.PERMISSION_DENIED and "'admin'" in info.value.details()
     finally:
         thread.stop()
+
+
+def test_any_known_token_may_ask_who_it_is_and_what_it_may_do(scoped_coordinator):
+    web = scoped_coordinator.GetCaller(coordinator_pb2.GetCallerRequest(), metadata=_as("web"))
+    assert (web.name, list(web.scopes)) == ("web", ["predict"])
+    alice = scoped_coordinator.GetCaller(coordinator_pb2.GetCallerRequest(), metadata=_as("alice"))
+    assert alice.name == "alice" and {"submit-code", "submit"} <= set(alice.scopes)  # implied ones included
+    ops = scoped_coordinator.GetCaller(coordinator_pb2.GetCallerRequest(), metadata=_as("ops"))
+    assert set(ops.scopes) == SCOPES
+    with pytest.raises(grpc.RpcError) as info:
+        scoped_coordinator.GetCaller(coordinator_pb2.GetCallerRequest(), metadata=[("authorization", "Bearer nope")])
+    assert info.value.code() == grpc.StatusCode.UNAUTHENTICATED

@@ -68,6 +68,10 @@ class CoordinatorClient:
     def fit(self, request: coordinator_pb2.FitRequest) -> coordinator_pb2.Run:
         return self._call("Fit", request)
 
+    def get_caller(self) -> coordinator_pb2.CallerInfo:
+        """Who this client's token is and its scopes, as the coordinator sees them."""
+        return self._call("GetCaller", coordinator_pb2.GetCallerRequest())
+
     def get_run(self, run_id: str) -> coordinator_pb2.Run:
         return self._call("GetRun", coordinator_pb2.GetRunRequest(run_id=run_id))
 

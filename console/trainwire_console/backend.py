@@ -25,6 +25,7 @@ import grpc
 from trainwire.client import CoordinatorClient
 from trainwire.predictor_client import PredictorClient
 from trainwire_console.feeds import Feeds
+from trainwire_core.auth import CANCEL, READ
 from trainwire_core.errors import InvalidArgumentError, TrainwireError
 from trainwire_core.grpc_status import from_rpc_error
 from trainwire_core.inference import grpc_service_pb2 as pb
@@ -49,23 +50,12 @@ class Abilities:
 
 
 def probe_abilities(client: CoordinatorClient) -> Abilities:
-    """Asks the coordinator what the token may do, with calls that change nothing.
-
-    The coordinator checks a call's scope before its arguments, so CancelRun with no run id
-    answers PERMISSION_DENIED (no ``cancel`` scope) or INVALID_ARGUMENT (the scope is held).
-    """
-
-    def allowed(method: str, request: Any) -> bool:
-        try:
-            getattr(client.stub, method)(request, metadata=client._metadata, timeout=10)
-        except grpc.RpcError as err:
-            return err.code() not in (grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.UNAUTHENTICATED)
-        return True
-
-    return Abilities(
-        read=allowed("ListRuns", coordinator_pb2.ListRunsRequest(page_size=1)),
-        cancel=allowed("CancelRun", coordinator_pb2.CancelRunRequest(run_id="")),
-    )
+    """Asks the coordinator what the token may do (GetCaller: its scopes); an unknown token may do nothing."""
+    try:
+        scopes = set(client.get_caller().scopes)
+    except TrainwireError:
+        return Abilities(read=False, cancel=False)
+    return Abilities(read=READ in scopes, cancel=CANCEL in scopes)
 
 
 def predictor_targets(address: str) -> list[str]:

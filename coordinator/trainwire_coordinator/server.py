@@ -24,7 +24,7 @@ from trainwire_coordinator.run_manager import RunManager
 from trainwire_coordinator.runtime_envs import PackageService
 from trainwire_coordinator.servicer import CoordinatorServicer, WorkerReportsServicer
 from trainwire_coordinator.settings import CoordinatorSettings
-from trainwire_core.auth import CANCEL, READ, SERVE, SUBMIT, SUBMIT_CODE, TokenTable, add_auth_arguments
+from trainwire_core.auth import ANY_TOKEN, CANCEL, READ, SERVE, SUBMIT, SUBMIT_CODE, TokenTable, add_auth_arguments
 from trainwire_core.serving import (
     KEEPALIVE_SERVER_OPTIONS,
     BearerTokenInterceptor,
@@ -122,6 +122,7 @@ METHOD_SCOPES = {
     "GetDataset": READ,
     "DownloadCheckpoint": READ,
     "CancelRun": CANCEL,
+    "GetCaller": ANY_TOKEN,
     # ModelRegistry: what predictors serve is moved with serve.
     "SetAlias": SERVE,
     "SetRoute": SERVE,

@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 import grpc
 
 from trainwire_coordinator.run_manager import RunManager
+from trainwire_core.auth import current_caller
 from trainwire_core.grpc_status import handle_errors
 from trainwire_core.v1 import coordinator_pb2, coordinator_pb2_grpc, worker_reports_pb2, worker_reports_pb2_grpc
 
@@ -41,6 +42,11 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
     @handle_errors
     async def CancelRun(self, request, context):  # type: ignore[no-untyped-def]
         return await self.runs.cancel(request.run_id)
+
+    @handle_errors
+    async def GetCaller(self, request, context):  # type: ignore[no-untyped-def]
+        caller = current_caller()
+        return coordinator_pb2.CallerInfo(name=caller.name, scopes=sorted(caller.scopes))
 
     @handle_errors
     async def GetDataset(self, request, context):  # type: ignore[no-untyped-def]

@@ -53,6 +53,8 @@ class Caller:
 
 # Where no tokens are configured (a loopback service), every caller may do everything.
 ANYONE = Caller("", SCOPES)
+# The "scope" of a method any known token may call (it says who the token is, and changes nothing).
+ANY_TOKEN = ""
 _current: contextvars.ContextVar[Caller] = contextvars.ContextVar("trainwire_caller", default=ANYONE)
 
 

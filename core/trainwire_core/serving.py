@@ -69,7 +69,7 @@ class BearerTokenInterceptor(grpc.aio.ServerInterceptor):
         if caller is None:
             return _refusing_handler(handler, grpc.StatusCode.UNAUTHENTICATED, _UNAUTHENTICATED)
         scope = self._scopes.get(method.rsplit("/", 1)[-1], self._default_scope)
-        if scope not in caller.scopes:
+        if scope != auth.ANY_TOKEN and scope not in caller.scopes:
             message = f"token {caller.name!r} lacks the {scope!r} scope"
             return _refusing_handler(handler, grpc.StatusCode.PERMISSION_DENIED, message)
         return _as_caller(handler, caller) if handler is not None else None

@@ -224,6 +224,18 @@ class CancelRunRequest(_message.Message):
     run_id: str
     def __init__(self, run_id: _Optional[str] = ...) -> None: ...
 
+class GetCallerRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class CallerInfo(_message.Message):
+    __slots__ = ("name", "scopes")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    SCOPES_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    scopes: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, name: _Optional[str] = ..., scopes: _Optional[_Iterable[str]] = ...) -> None: ...
+
 class StateChange(_message.Message):
     __slots__ = ("state", "reason", "cause")
     STATE_FIELD_NUMBER: _ClassVar[int]

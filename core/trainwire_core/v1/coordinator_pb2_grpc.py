@@ -66,6 +66,11 @@ class CoordinatorStub:
                 request_serializer=trainwire_dot_v1_dot_coordinator__pb2.CancelRunRequest.SerializeToString,
                 response_deserializer=trainwire_dot_v1_dot_coordinator__pb2.Run.FromString,
                 _registered_method=True)
+        self.GetCaller = channel.unary_unary(
+                '/trainwire.v1.Coordinator/GetCaller',
+                request_serializer=trainwire_dot_v1_dot_coordinator__pb2.GetCallerRequest.SerializeToString,
+                response_deserializer=trainwire_dot_v1_dot_coordinator__pb2.CallerInfo.FromString,
+                _registered_method=True)
         self.GetDataset = channel.unary_unary(
                 '/trainwire.v1.Coordinator/GetDataset',
                 request_serializer=trainwire_dot_v1_dot_coordinator__pb2.GetDatasetRequest.SerializeToString,
@@ -143,6 +148,14 @@ class CoordinatorServicer:
 
     def CancelRun(self, request, context):
         """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetCaller(self, request, context):
+        """Who the call's token is and what it may do (any known token may ask): a console or
+        tool offers only the actions the token holds.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -228,6 +241,11 @@ def add_CoordinatorServicer_to_server(servicer, server):
                     servicer.CancelRun,
                     request_deserializer=trainwire_dot_v1_dot_coordinator__pb2.CancelRunRequest.FromString,
                     response_serializer=trainwire_dot_v1_dot_coordinator__pb2.Run.SerializeToString,
+            ),
+            'GetCaller': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetCaller,
+                    request_deserializer=trainwire_dot_v1_dot_coordinator__pb2.GetCallerRequest.FromString,
+                    response_serializer=trainwire_dot_v1_dot_coordinator__pb2.CallerInfo.SerializeToString,
             ),
             'GetDataset': grpc.unary_unary_rpc_method_handler(
                     servicer.GetDataset,
@@ -428,6 +446,33 @@ class Coordinator:
             '/trainwire.v1.Coordinator/CancelRun',
             trainwire_dot_v1_dot_coordinator__pb2.CancelRunRequest.SerializeToString,
             trainwire_dot_v1_dot_coordinator__pb2.Run.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetCaller(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/trainwire.v1.Coordinator/GetCaller',
+            trainwire_dot_v1_dot_coordinator__pb2.GetCallerRequest.SerializeToString,
+            trainwire_dot_v1_dot_coordinator__pb2.CallerInfo.FromString,
             options,
             channel_credentials,
             insecure,
