@@ -5,10 +5,11 @@ from __future__ import annotations
 import pytest
 
 from trainwire import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
-from trainwire_coordinator.checkpoint_manager import CheckpointManager, flatten_metrics
+from trainwire_coordinator.checkpoint_manager import CheckpointManager
 from trainwire_coordinator.failure_policy import FailurePolicy
 from trainwire_core.errors import InvalidArgumentError
 from trainwire_core.storage import ManifestEntry, Store
+from trainwire_core.structs import flatten_metrics
 from trainwire_core.v1 import common_pb2
 
 pytestmark = pytest.mark.timeout(30)

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from trainwire_core.structs import struct_to_dict
+from trainwire_core.structs import flatten_metrics, struct_to_dict
 from trainwire_core.v1 import common_pb2, coordinator_pb2
 
 if TYPE_CHECKING:
@@ -58,17 +58,6 @@ def numeric_metrics(histories: Iterable[RunHistory]) -> list[str]:
     return list(seen)
 
 
-def flatten(metrics: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Nested metrics as ``a/b`` keys, as ``Result.metrics_dataframe`` names them."""
-    flat: dict[str, Any] = {}
-    for key, value in metrics.items():
-        if isinstance(value, dict):
-            flat.update(flatten(value, f"{prefix}{key}/"))
-        else:
-            flat[f"{prefix}{key}"] = value
-    return flat
-
-
 def fetch_history(client: CoordinatorClient, run: str) -> RunHistory:
     """A run's reports so far, from the coordinator (GetRun, then WatchRunBatched from the first event).
 
@@ -100,7 +89,9 @@ def fetch_history(client: CoordinatorClient, run: str) -> RunHistory:
             if event.WhichOneof("kind") != "metrics":
                 continue
             seconds = event.time.ToDatetime().timestamp() - created
-            history.rows.append((event.metrics.report_index, seconds, flatten(struct_to_dict(event.metrics.metrics))))
+            history.rows.append(
+                (event.metrics.report_index, seconds, flatten_metrics(struct_to_dict(event.metrics.metrics)))
+            )
             if event.metrics.report_index >= info.last_report_index > 0 and info.state not in _ENDED:
                 break
     except grpc.RpcError as err:

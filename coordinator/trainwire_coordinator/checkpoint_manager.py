@@ -12,19 +12,8 @@ from google.protobuf import json_format, timestamp_pb2
 from trainwire.checkpoint import PREPROCESSOR_NAME
 from trainwire.config import CheckpointConfig
 from trainwire_core.storage import MANIFEST_NAME, Store
+from trainwire_core.structs import flatten_metrics
 from trainwire_core.v1 import common_pb2
-
-
-def flatten_metrics(metrics: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """{"a": {"b": 1}} -> {"a/b": 1}, as Ray's metrics_dataframe shows nested metrics."""
-    out: dict[str, Any] = {}
-    for key, value in metrics.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, dict):
-            out.update(flatten_metrics(value, f"{name}/"))
-        else:
-            out[name] = value
-    return out
 
 
 @dataclass

@@ -24,7 +24,6 @@ from typing import Any, Protocol
 
 from trainwire.train.context import TrainContext
 from trainwire_coordinator.backends import CoordinatorBackend
-from trainwire_coordinator.checkpoint_manager import flatten_metrics
 from trainwire_coordinator.controller_states import (
     ControllerState,
     Failed,
@@ -55,7 +54,7 @@ from trainwire_coordinator.run_state import (
 from trainwire_coordinator.worker_pool import WorkerPool
 from trainwire_core.dataset_schema import DatasetSchema
 from trainwire_core.storage import Store
-from trainwire_core.structs import struct_to_dict
+from trainwire_core.structs import flatten_metrics, struct_to_dict
 from trainwire_core.tls import ClientTLS
 from trainwire_core.v1 import common_pb2, coordinator_pb2, worker_reports_pb2
 from trainwire_core.worker_runtime import WorkerRun

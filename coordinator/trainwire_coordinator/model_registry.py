@@ -21,14 +21,11 @@ from typing import Any
 from trainwire_core.auth import current_caller
 from trainwire_core.errors import InvalidArgumentError, NotFoundError
 from trainwire_core.grpc_status import handle_errors
-from trainwire_core.storage import Store
+from trainwire_core.storage import RUN_ID_RE, Store
 from trainwire_core.v1 import models_pb2, models_pb2_grpc
 
-# Beside checkpoints.json; the predictor reads the same name (trainwire_predictor.routing).
-REGISTRY_NAME = "aliases.json"
 # An alias: a letter first, so it never reads as a number; path-safe; short enough to log.
 ALIAS_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,63}$")
-_RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 MAX_ROUTE_VERSIONS = 16
 
 
@@ -39,10 +36,6 @@ class Model:
     name: str
     run_id: str
     versions: tuple[str, ...]
-
-
-def registry_path(store: Store, run_id: str) -> str:
-    return store.path("runs", run_id, REGISTRY_NAME)
 
 
 class ModelRegistry:
@@ -73,7 +66,7 @@ class ModelRegistry:
             run_id = entry.get("run_id") if isinstance(entry, dict) else None
         except NotFoundError:
             pass
-        if run_id is None and _RUN_ID.match(name):
+        if run_id is None and RUN_ID_RE.match(name):
             run_id = name
         index = self._read(self.store.index_path(run_id)) if run_id else None
         if not isinstance(index, dict) or not index.get("checkpoints"):
@@ -89,7 +82,7 @@ class ModelRegistry:
             return None
 
     def _state(self, model: Model) -> dict[str, Any]:
-        state = self._read(registry_path(self.store, model.run_id))
+        state = self._read(self.store.aliases_path(model.run_id))
         if not isinstance(state, dict):
             state = {}
         state.setdefault("aliases", {})
@@ -156,7 +149,7 @@ class ModelRegistry:
                 }
             )
             state["run_id"] = model.run_id
-            self.store.write_json(registry_path(self.store, model.run_id), state)
+            self.store.write_json(self.store.aliases_path(model.run_id), state)
         return {**state, "model": name}
 
     def get(self, name: str) -> dict[str, Any]:
@@ -195,7 +188,7 @@ class ModelRegistry:
                 "set_by": moved_by,
             }
             state["run_id"] = model.run_id
-            self.store.write_json(registry_path(self.store, model.run_id), state)
+            self.store.write_json(self.store.aliases_path(model.run_id), state)
         return {**state, "model": name}
 
 

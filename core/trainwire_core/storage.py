@@ -28,6 +28,10 @@ from trainwire_core.errors import DataLossError, InvalidArgumentError, NotFoundE
 
 MANIFEST_NAME = "manifest.json"
 INDEX_NAME = "checkpoints.json"
+# A model's aliases and traffic policy, beside its index (written by the coordinator's ModelRegistry).
+ALIASES_NAME = "aliases.json"
+# What a run id may look like when a model name is taken as one: a plain path component only.
+RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 # Ranks other than 0 upload a checkpoint under this prefix; the commit merges their files in.
 RANK_STAGING_PREFIX = ".rank-staging-"
 _CHUNK = 1 << 20
@@ -158,6 +162,9 @@ class Store:
 
     def index_path(self, run_id: str) -> str:
         return self.path("runs", run_id, INDEX_NAME)
+
+    def aliases_path(self, run_id: str) -> str:
+        return self.path("runs", run_id, ALIASES_NAME)
 
     def name_path(self, name: str) -> str:
         quoted = quote(name, safe="")

@@ -23,7 +23,6 @@ import asyncio
 import collections
 import contextlib
 import logging
-import re
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -37,15 +36,12 @@ from trainwire_core import frameworks
 from trainwire_core.errors import DataLossError, FailedPreconditionError, NotFoundError, TrainwireError
 from trainwire_core.inference.codec import NUMERIC, datatype_of
 from trainwire_core.manifest import read_manifest, verify_checkpoint
-from trainwire_core.storage import MANIFEST_NAME, Store
+from trainwire_core.storage import MANIFEST_NAME, RUN_ID_RE, Store
 from trainwire_predictor.compiled_trees import CompileResult, TreeCompiler, supports
 
 logger = logging.getLogger(__name__)
 
-_RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 _MAX_CACHED_NAMES = 10_000
-# Aliases and the traffic policy, beside checkpoints.json (written by the coordinator's ModelRegistry).
-REGISTRY_NAME = "aliases.json"
 
 
 @dataclass(frozen=True)
@@ -256,7 +252,7 @@ class ModelRepository:
         entry = await self._read(self.store.name_path(name))
         run_id = entry.get("run_id") if isinstance(entry, dict) else None
         # Only a plain path component can be a run id: anything else must not reach a store path.
-        if run_id is None and _RUN_ID.match(name) and await self._index(name, refresh=True) is not None:
+        if run_id is None and RUN_ID_RE.match(name) and await self._index(name, refresh=True) is not None:
             run_id = name  # the name is a run id
         if len(self._names) >= _MAX_CACHED_NAMES:
             self._names.clear()  # callers choose names: keep the cache bounded
@@ -277,7 +273,7 @@ class ModelRepository:
         cached = self._registries.get(run_id)
         if cached is not None and not refresh and self._fresh(cached[0]):
             return cached[1]
-        state = await self._read(self.store.path("runs", run_id, REGISTRY_NAME))
+        state = await self._read(self.store.aliases_path(run_id))
         state = state if isinstance(state, dict) else {}
         self._registries[run_id] = (time.monotonic(), state)
         return state
