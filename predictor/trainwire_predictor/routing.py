@@ -153,7 +153,6 @@ class Router:
         self.metrics = ShadowMetrics(registry) if registry is not None else None
         # Outcome counts per (model, version, shadow version), for the agreement rate and tests.
         self.counts: collections.Counter[tuple[str, str, str, str]] = collections.Counter()
-        self.shadow_seconds: collections.deque[float] = collections.deque(maxlen=1024)
         self._splits: dict[str, tuple[dict[str, Any], Split]] = {}
         self._batcher: Batcher | None = None
         self._inflight = 0
@@ -230,8 +229,6 @@ class Router:
     def _record(self, model: str, version: str, shadow: str, outcome: str, seconds: float | None) -> None:
         key = (model, version, shadow)
         self.counts[(*key, outcome)] += 1
-        if seconds is not None:
-            self.shadow_seconds.append(seconds)
         if self.metrics is None:
             return
         self.metrics.requests.labels(*key, outcome).inc()

@@ -260,8 +260,10 @@ def test_a_shadow_copy_is_compared_and_its_agreement_and_latency_recorded(regist
     assert served == [("v1", 2.0 * i) for i in range(1, 41)]
     assert dp.router.agreement("m", "v1", "v3") == 1.0
     assert dp.router.agreement("m", "v1", "v4") == 0.0
-    assert len(dp.router.shadow_seconds) == 50
     text = generate_latest(metrics).decode()
+    # Every copy timed: 40 to v3, 10 to v4.
+    assert 'trainwire_shadow_duration_seconds_count{model="m",shadow_version="v3"} 40.0' in text
+    assert 'trainwire_shadow_duration_seconds_count{model="m",shadow_version="v4"} 10.0' in text
     assert 'trainwire_shadow_agreement_ratio{model="m",shadow_version="v3",version="v1"} 1.0' in text
     assert "trainwire_shadow_duration_seconds_bucket" in text
 
