@@ -363,3 +363,16 @@ def test_batched_watch_sends_the_events_watch_sends(tmp_path):
     flat = [e for b in batched for e in b.events]
     assert len(one) == 294 and [e.event_id for e in one] == list(range(8, 302))
     assert flat == one
+
+
+def test_documents_are_kept_by_kind_and_key(store: MetadataStore) -> None:
+    assert store.get_document("tune", "a") is None
+    assert store.list_documents("tune") == []
+    store.put_document("tune", "a", b"one")
+    store.put_document("tune", "a", b"two")
+    store.put_document("other", "a", b"elsewhere")
+    assert store.get_document("tune", "a") == b"two"
+    assert store.create_document("tune", "a", b"three") == b"two"  # exists: the stored one wins
+    assert store.create_document("tune", "b", b"new") == b"new"
+    assert sorted(store.list_documents("tune")) == [b"new", b"two"]
+    assert store.list_documents("other") == [b"elsewhere"]

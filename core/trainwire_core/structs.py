@@ -69,3 +69,14 @@ def flatten_metrics(metrics: dict[str, Any], prefix: str = "") -> dict[str, Any]
         else:
             out[name] = value
     return out
+
+
+def merge_dicts(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """``base`` with ``overrides`` merged in key by key, nested dicts too (as Ray merges param spaces)."""
+    merged = dict(base)
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = merge_dicts(merged[key], value)
+        else:
+            merged[key] = value
+    return merged

@@ -1,4 +1,4 @@
-"""The metadata store interface: runs, their event logs and idempotency keys."""
+"""The metadata store interface: runs, their event logs, idempotency keys and documents."""
 
 from __future__ import annotations
 
@@ -156,6 +156,23 @@ class MetadataStore(abc.ABC):
     @abc.abstractmethod
     def read_events(self, run_id: str, after_event_id: int = 0, limit: int = 1000) -> list[tuple[int, bytes]]:
         """Returns up to ``limit`` events with id > ``after_event_id``, in order."""
+
+    # Documents: small records of other kinds (searches), few enough to list whole.
+    @abc.abstractmethod
+    def put_document(self, kind: str, key: str, data: bytes) -> None:
+        """Writes (creates or replaces) the document ``key`` of ``kind``."""
+
+    @abc.abstractmethod
+    def create_document(self, kind: str, key: str, data: bytes) -> bytes:
+        """Writes the document unless one with that key exists; returns the stored one (atomic)."""
+
+    @abc.abstractmethod
+    def get_document(self, kind: str, key: str) -> bytes | None:
+        """The document ``key`` of ``kind``, or None."""
+
+    @abc.abstractmethod
+    def list_documents(self, kind: str) -> list[bytes]:
+        """Every document of ``kind``, in no particular order."""
 
     def close(self) -> None:
         """Releases connections."""

@@ -10,6 +10,7 @@ Keys, all under ``<prefix>:``:
 * ``idem:<idempotency_key>``: the run_id created with that key (``SET NX``).
 * ``events:<run_id>``: a stream whose entry ids are ``<event_id>-0``.
 * ``evseq:<run_id>``: the last event id handed out for the run.
+* ``docs:<kind>``: a hash of the documents of that kind, by key.
 """
 
 from __future__ import annotations
@@ -202,6 +203,24 @@ class RedisMetadataStore(MetadataStore):
         start = f"{max(int(after_event_id), 0) + 1}-0"
         entries = self._redis.xrange(self._key("events", run_id), min=start, max="+", count=int(limit))
         return [(int(entry_id.split(b"-", 1)[0]), fields[b"p"]) for entry_id, fields in entries]
+
+    def put_document(self, kind: str, key: str, data: bytes) -> None:
+        self._redis.hset(self._key("docs", kind), key, bytes(data))
+
+    def create_document(self, kind: str, key: str, data: bytes) -> bytes:
+        docs = self._key("docs", kind)
+        with self._redis.pipeline() as pipe:  # one MULTI: HSETNX then HGET see no other write between
+            pipe.hsetnx(docs, key, bytes(data))
+            pipe.hget(docs, key)
+            _, stored = pipe.execute()
+        return bytes(stored)
+
+    def get_document(self, kind: str, key: str) -> bytes | None:
+        data = self._redis.hget(self._key("docs", kind), key)
+        return bytes(data) if data is not None else None
+
+    def list_documents(self, kind: str) -> list[bytes]:
+        return [bytes(v) for v in self._redis.hvals(self._key("docs", kind))]
 
     def close(self) -> None:
         """Closes the connection pool."""

@@ -30,6 +30,12 @@ CREATE TABLE IF NOT EXISTS events (
     payload BLOB NOT NULL,
     PRIMARY KEY (run_id, event_id)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS documents (
+    kind TEXT NOT NULL,
+    key TEXT NOT NULL,
+    data BLOB NOT NULL,
+    PRIMARY KEY (kind, key)
+) WITHOUT ROWID;
 """
 
 _COLUMNS = "run_id, name, state, created_at, updated_at, data, idempotency_key"
@@ -186,6 +192,25 @@ class SQLiteMetadataStore(MetadataStore):
             (run_id, int(after_event_id), int(limit)),
         )
         return [(int(event_id), bytes(payload)) for event_id, payload in rows]
+
+    def put_document(self, kind: str, key: str, data: bytes) -> None:
+        with self._transaction() as conn:
+            conn.execute(
+                "INSERT OR REPLACE INTO documents (kind, key, data) VALUES (?, ?, ?)", (kind, key, bytes(data))
+            )
+
+    def create_document(self, kind: str, key: str, data: bytes) -> bytes:
+        with self._transaction() as conn:
+            conn.execute("INSERT OR IGNORE INTO documents (kind, key, data) VALUES (?, ?, ?)", (kind, key, bytes(data)))
+            (stored,) = conn.execute("SELECT data FROM documents WHERE kind = ? AND key = ?", (kind, key)).fetchone()
+        return bytes(stored)
+
+    def get_document(self, kind: str, key: str) -> bytes | None:
+        rows = self._query("SELECT data FROM documents WHERE kind = ? AND key = ?", (kind, key))
+        return bytes(rows[0][0]) if rows else None
+
+    def list_documents(self, kind: str) -> list[bytes]:
+        return [bytes(data) for (data,) in self._query("SELECT data FROM documents WHERE kind = ?", (kind,))]
 
     def close(self) -> None:
         """Closes the database connection."""

@@ -28,18 +28,20 @@ class TrainLoop(_message.Message):
     def __init__(self, pickled_function: _Optional[bytes] = ..., entry_point: _Optional[str] = ...) -> None: ...
 
 class DataParallelSpec(_message.Message):
-    __slots__ = ("train_loop", "train_loop_config", "pickled_train_loop_config", "backend_config", "data_config")
+    __slots__ = ("train_loop", "train_loop_config", "pickled_train_loop_config", "backend_config", "data_config", "config_overrides")
     TRAIN_LOOP_FIELD_NUMBER: _ClassVar[int]
     TRAIN_LOOP_CONFIG_FIELD_NUMBER: _ClassVar[int]
     PICKLED_TRAIN_LOOP_CONFIG_FIELD_NUMBER: _ClassVar[int]
     BACKEND_CONFIG_FIELD_NUMBER: _ClassVar[int]
     DATA_CONFIG_FIELD_NUMBER: _ClassVar[int]
+    CONFIG_OVERRIDES_FIELD_NUMBER: _ClassVar[int]
     train_loop: TrainLoop
     train_loop_config: _struct_pb2.Struct
     pickled_train_loop_config: bytes
     backend_config: _struct_pb2.Struct
     data_config: DataConfig
-    def __init__(self, train_loop: _Optional[_Union[TrainLoop, _Mapping]] = ..., train_loop_config: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., pickled_train_loop_config: _Optional[bytes] = ..., backend_config: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., data_config: _Optional[_Union[DataConfig, _Mapping]] = ...) -> None: ...
+    config_overrides: _struct_pb2.Struct
+    def __init__(self, train_loop: _Optional[_Union[TrainLoop, _Mapping]] = ..., train_loop_config: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., pickled_train_loop_config: _Optional[bytes] = ..., backend_config: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., data_config: _Optional[_Union[DataConfig, _Mapping]] = ..., config_overrides: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ...) -> None: ...
 
 class DataConfig(_message.Message):
     __slots__ = ("datasets_to_split", "split_all")
@@ -143,7 +145,7 @@ class FitRequest(_message.Message):
     def __init__(self, framework: _Optional[str] = ..., scaling_config: _Optional[_Union[_common_pb2.ScalingConfig, _Mapping]] = ..., run_config: _Optional[_Union[_common_pb2.RunConfig, _Mapping]] = ..., datasets: _Optional[_Mapping[str, DatasetRef]] = ..., data_parallel: _Optional[_Union[DataParallelSpec, _Mapping]] = ..., gbdt: _Optional[_Union[GBDTSpec, _Mapping]] = ..., sklearn: _Optional[_Union[SklearnSpec, _Mapping]] = ..., rl: _Optional[_Union[RLSpec, _Mapping]] = ..., resume_from_checkpoint: _Optional[str] = ..., pickled_preprocessor: _Optional[bytes] = ..., preprocessor: _Optional[_Union[PreprocessorSpec, _Mapping]] = ..., idempotency_key: _Optional[str] = ..., metadata: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ...) -> None: ...
 
 class Run(_message.Message):
-    __slots__ = ("run_id", "name", "state", "state_reason", "framework", "path", "latest_metrics", "latest_checkpoint", "best_checkpoints", "error", "num_failures", "created_at", "updated_at", "request", "attempt", "last_report_index", "num_coordinator_restarts", "submitted_by", "embedded_owner")
+    __slots__ = ("run_id", "name", "state", "state_reason", "framework", "path", "latest_metrics", "latest_checkpoint", "best_checkpoints", "error", "num_failures", "created_at", "updated_at", "request", "attempt", "last_report_index", "num_coordinator_restarts", "submitted_by", "embedded_owner", "tune_id", "trial_index")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
@@ -163,6 +165,8 @@ class Run(_message.Message):
     NUM_COORDINATOR_RESTARTS_FIELD_NUMBER: _ClassVar[int]
     SUBMITTED_BY_FIELD_NUMBER: _ClassVar[int]
     EMBEDDED_OWNER_FIELD_NUMBER: _ClassVar[int]
+    TUNE_ID_FIELD_NUMBER: _ClassVar[int]
+    TRIAL_INDEX_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     name: str
     state: _common_pb2.RunState
@@ -182,7 +186,9 @@ class Run(_message.Message):
     num_coordinator_restarts: int
     submitted_by: str
     embedded_owner: str
-    def __init__(self, run_id: _Optional[str] = ..., name: _Optional[str] = ..., state: _Optional[_Union[_common_pb2.RunState, str]] = ..., state_reason: _Optional[str] = ..., framework: _Optional[str] = ..., path: _Optional[str] = ..., latest_metrics: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., latest_checkpoint: _Optional[_Union[_common_pb2.CheckpointInfo, _Mapping]] = ..., best_checkpoints: _Optional[_Iterable[_Union[_common_pb2.CheckpointInfo, _Mapping]]] = ..., error: _Optional[_Union[_common_pb2.WorkerError, _Mapping]] = ..., num_failures: _Optional[int] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., request: _Optional[_Union[FitRequest, _Mapping]] = ..., attempt: _Optional[int] = ..., last_report_index: _Optional[int] = ..., num_coordinator_restarts: _Optional[int] = ..., submitted_by: _Optional[str] = ..., embedded_owner: _Optional[str] = ...) -> None: ...
+    tune_id: str
+    trial_index: int
+    def __init__(self, run_id: _Optional[str] = ..., name: _Optional[str] = ..., state: _Optional[_Union[_common_pb2.RunState, str]] = ..., state_reason: _Optional[str] = ..., framework: _Optional[str] = ..., path: _Optional[str] = ..., latest_metrics: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., latest_checkpoint: _Optional[_Union[_common_pb2.CheckpointInfo, _Mapping]] = ..., best_checkpoints: _Optional[_Iterable[_Union[_common_pb2.CheckpointInfo, _Mapping]]] = ..., error: _Optional[_Union[_common_pb2.WorkerError, _Mapping]] = ..., num_failures: _Optional[int] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., request: _Optional[_Union[FitRequest, _Mapping]] = ..., attempt: _Optional[int] = ..., last_report_index: _Optional[int] = ..., num_coordinator_restarts: _Optional[int] = ..., submitted_by: _Optional[str] = ..., embedded_owner: _Optional[str] = ..., tune_id: _Optional[str] = ..., trial_index: _Optional[int] = ...) -> None: ...
 
 class GetRunRequest(_message.Message):
     __slots__ = ("run_id",)

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import cloudpickle
 
 from trainwire_core.errors import InvalidArgumentError
-from trainwire_core.structs import struct_to_dict
+from trainwire_core.structs import merge_dicts, struct_to_dict
 from trainwire_core.v1 import coordinator_pb2
 from trainwire_worker.backends.base import WorkerBackend
 
@@ -44,6 +44,8 @@ def load_train_loop(spec: coordinator_pb2.DataParallelSpec) -> tuple[Callable[..
         config = cloudpickle.loads(spec.pickled_train_loop_config)
     else:
         config = struct_to_dict(spec.train_loop_config)
+    if spec.HasField("config_overrides"):  # a search trial's parameters
+        config = merge_dicts(config or {}, struct_to_dict(spec.config_overrides))
     return fn, config
 
 
