@@ -124,6 +124,8 @@ def _console(base: str, run_id: str, name: str, version: str, timeout_s: float) 
     row = rf'data-model="{re.escape(name)}" data-version="{re.escape(version)}".*?</tr>'
     model_row = re.search(row, models, re.S)
     inferences = re.search(r'data-field="inference_count">(\d+)<', model_row.group(0)) if model_row else None
+    # p99 from the replicas' Prometheus histograms (dns:///predictor:8002), "–" when none answered.
+    p99 = re.search(r'data-field="p99_latency_ms"[^>]*>([\d.]+) ms<', model_row.group(0)) if model_row else None
     # Its own copy of the browser libraries (npm ci, copied into the package), no CDN.
     htmx = _get(f"{base}/static/vendor/htmx.min.js")
     shown = {
@@ -133,11 +135,13 @@ def _console(base: str, run_id: str, name: str, version: str, timeout_s: float) 
         "series_name": series["name"],
         "valid_logloss_points": points,
         "model_inferences": int(inferences.group(1)) if inferences else None,
+        "model_p99_ms": float(p99.group(1)) if p99 else None,
         "htmx_bytes": len(htmx),
     }
     assert shown["list_state"] == shown["page_state"] == shown["series_state"] == "SUCCEEDED", shown
     assert shown["series_name"] == name and points > 0 and len(htmx) > 10_000, shown
     assert model_row, f"{base}/models does not list the model {name!r} version {version!r}"
+    assert shown["model_p99_ms"] is not None, f"{base}/models shows no p99 latency: {model_row.group(0)}"
     return shown
 
 

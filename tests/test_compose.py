@@ -29,11 +29,12 @@ ENV_FILE = REPO / ".env.example"
 COMPOSE = Path(compose.__file__).parent / "docker-compose"
 # Client-side variables the SDK and CLI read (not pydantic settings).
 CLIENT_VARS = {"TRAINWIRE_ADDRESS", "TRAINWIRE_TOKEN", "TRAINWIRE_TLS_CA", "TRAINWIRE_TLS_CERT", "TRAINWIRE_TLS_KEY"}
-# What `trainwire console` reads besides them: flags' defaults, not settings. Two share the
-# predictor's settings prefix (TRAINWIRE_PREDICTOR_ADDRESS, _TOKEN) without being its settings.
+# What `trainwire console` reads besides them: flags' defaults, not settings. Three share the
+# predictor's settings prefix (TRAINWIRE_PREDICTOR_ADDRESS, _TOKEN, _METRICS_URLS) without being its settings.
 CONSOLE_VARS = CLIENT_VARS | {
     "TRAINWIRE_PREDICTOR_ADDRESS",
     "TRAINWIRE_PREDICTOR_TOKEN",
+    "TRAINWIRE_PREDICTOR_METRICS_URLS",
     "TRAINWIRE_CONSOLE_HOST",
     "TRAINWIRE_CONSOLE_PORT",
 }

@@ -1,6 +1,8 @@
-"""What the console's pages ask of the coordinator and the predictors, over their gRPC APIs only.
+"""What the console's pages ask of the coordinator and the predictors, over their public APIs only.
 
-Every call here blocks (the SDK's clients); the endpoints run them in threads, off the event loop.
+Their gRPC APIs, and the predictors' Prometheus metrics (plain HTTP, as Triton's metrics port)
+for what ModelStatistics lacks (percentiles). Every call here blocks (the SDK's clients, urllib);
+the endpoints run them in threads, off the event loop.
 """
 
 from __future__ import annotations
@@ -8,14 +10,17 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import logging
 import os
 import shutil
 import socket
 import tempfile
 import threading
 import time
+import urllib.request
 from collections import OrderedDict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,6 +30,7 @@ import grpc
 from trainwire.client import CoordinatorClient
 from trainwire.predictor_client import PredictorClient
 from trainwire_console.feeds import Feeds
+from trainwire_console.quantiles import Buckets, duration_buckets, quantiles_ms, sum_buckets
 from trainwire_core.auth import CANCEL, READ
 from trainwire_core.errors import InvalidArgumentError, TrainwireError
 from trainwire_core.grpc_status import from_rpc_error
@@ -39,6 +45,10 @@ STATES = [name for name in common_pb2.RunState.keys() if name != "RUN_STATE_UNSP
 MAX_SCAN_PAGES = 20
 # Signed-in users' sessions kept at once.
 MAX_SESSIONS = 256
+# A predictor's metrics endpoint that answers slower is left out of that refresh's p99.
+METRICS_TIMEOUT_S = 2.0
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -70,6 +80,27 @@ def predictor_targets(address: str) -> list[str]:
         return [name]
     ips = sorted({info[4][0] for info in infos})
     return [f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}" for ip in ips] or [name]
+
+
+def metrics_urls(entries: Sequence[str]) -> list[str]:
+    """The predictors' metrics URLs: ``dns:///name:port`` stands for ``http://ADDRESS:port/metrics`` of each address."""
+    urls = []
+    for entry in entries:
+        if entry.startswith("dns:"):
+            urls += [f"http://{target}/metrics" for target in predictor_targets(entry)]
+        else:
+            urls.append(entry)
+    return urls
+
+
+def replica_histograms(url: str, timeout_s: float = METRICS_TIMEOUT_S) -> dict[tuple[str, str], Buckets] | None:
+    """One predictor's request-duration histograms from its metrics URL; None (logged) when it fails."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as answer:
+            return duration_buckets(answer.read().decode())
+    except (OSError, ValueError) as err:
+        log.warning("predictor metrics %s left out of p99: %s", url, err)
+        return None
 
 
 def run_summary(run: coordinator_pb2.Run, now_s: float) -> dict[str, Any]:
@@ -180,6 +211,8 @@ class ConsoleBackend:
         predictor: The predictors' gRPC target ("" for none), e.g. ``dns:///predictor:8001``.
         predictor_token: Bearer token for the predictors (default: ``token``).
         tls: What to trust and present (default: the ``TRAINWIRE_TLS_*`` environment).
+        predictor_metrics: The predictors' Prometheus URLs (``http://host:8002/metrics``, or
+            ``dns:///name:port`` for every address of a name), for p99 latencies; none: no p99.
     """
 
     def __init__(
@@ -189,6 +222,7 @@ class ConsoleBackend:
         predictor: str = "",
         predictor_token: str | None = None,
         tls: ClientTLS | None = None,
+        predictor_metrics: Sequence[str] = (),
     ) -> None:
         self.address = address
         self.tls = tls if tls is not None else ClientTLS.from_files()
@@ -198,6 +232,7 @@ class ConsoleBackend:
         self.predictor = predictor
         self._predictor_token = predictor_token if predictor_token is not None else (token or "")
         self._predictors: dict[str, PredictorClient] = {}
+        self.predictor_metrics = list(predictor_metrics)
         # Signed-in users' sessions by token, the least recently used closed first.
         self._sessions: OrderedDict[str, Session] = OrderedDict()
         self._sessions_lock = threading.Lock()
@@ -290,12 +325,26 @@ class ConsoleBackend:
                 row["queue_ns"] += st.queue.ns
                 row["infer_ns"] += st.compute_infer.ns
                 row["last_inference_ms"] = max(row["last_inference_ms"], s.last_inference)
+        p99 = self.p99_latencies_ms()
         out = []
         for row in rows.values():
+            row["p99_latency_ms"] = p99.get((row["model"], row["version"]))
             row["mean_latency_ms"] = row["success_ns"] / row["success_count"] / 1e6 if row["success_count"] else None
             row["mean_queue_ms"] = row["queue_ns"] / row["queue_count"] / 1e6 if row["queue_count"] else None
             out.append(row)
         return sorted(out, key=lambda r: (r["model"], r["version"]))
+
+    def p99_latencies_ms(self) -> dict[tuple[str, str], float]:
+        """p99 request latency per (model, version), from the predictors' histograms summed over replicas.
+
+        A replica whose metrics do not answer is left out (logged); none configured: none known.
+        """
+        urls = metrics_urls(self.predictor_metrics)
+        if not urls:
+            return {}
+        with ThreadPoolExecutor(max_workers=min(len(urls), 16), thread_name_prefix="metrics") as pool:
+            replicas = [h for h in pool.map(replica_histograms, urls) if h is not None]
+        return quantiles_ms(sum_buckets(replicas), 0.99)
 
     def predict(self, model: str, version: str, body: str, fmt: str) -> list[dict[str, Any]]:
         """Scores one request from JSON (an object of columns or a list of rows) or CSV (a header and rows)."""

@@ -37,6 +37,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="token for the predictors (default: $TRAINWIRE_PREDICTOR_TOKEN, else --token)",
     )
     parser.add_argument(
+        "--predictor-metrics",
+        default=env("TRAINWIRE_PREDICTOR_METRICS_URLS", ""),
+        help="comma-separated predictors' Prometheus URLs (http://host:8002/metrics; dns:///name:port for every "
+        "address of a name), for p99 latencies (default: $TRAINWIRE_PREDICTOR_METRICS_URLS; none: no p99)",
+    )
+    parser.add_argument(
         "--host",
         default=env("TRAINWIRE_CONSOLE_HOST", "127.0.0.1"),
         help="address to listen on (default: $TRAINWIRE_CONSOLE_HOST, else loopback only)",
@@ -84,7 +90,8 @@ def main(argv: list[str] | None = None) -> int:
         return probe(args.port)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     tls = ClientTLS.from_files(args.tls_ca, args.tls_cert, args.tls_key)
-    backend = ConsoleBackend(args.address, args.token, args.predictor, args.predictor_token, tls)
+    metrics = [url.strip() for url in args.predictor_metrics.split(",") if url.strip()]
+    backend = ConsoleBackend(args.address, args.token, args.predictor, args.predictor_token, tls, metrics)
     app = create_app(backend)
     print(f"trainwire console on http://{args.host}:{args.port} (coordinator {args.address})", flush=True)
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, timeout_graceful_shutdown=3)

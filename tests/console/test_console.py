@@ -46,10 +46,10 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _start_console(address: str, token: str, predictor: str, log: Path) -> tuple[subprocess.Popen, str]:
+def _start_console(address: str, token: str, predictor: str, metrics: str, log: Path) -> tuple[subprocess.Popen, str]:
     port = _free_port()
     cmd = [sys.executable, "-m", "trainwire_console", "--address", address, "--token", token, "--port", str(port)]
-    cmd += ["--predictor", predictor]
+    cmd += ["--predictor", predictor, "--predictor-metrics", metrics]
     proc = subprocess.Popen(cmd, stdout=open(log, "wb"), stderr=subprocess.STDOUT, start_new_session=True)  # noqa: SIM115
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 30
@@ -95,9 +95,13 @@ def predictor(console_coordinator):
     from trainwire_predictor.settings import PredictorSettings
 
     store = console_coordinator.server.runs.store
-    thread = PredictorThread(PredictorSettings(port=0, store=store.uri, index_refresh_s=0.2, compile_tree_models=False))
+    # Its Prometheus metrics too (metrics_port 0 is off, not any port), for the console's p99.
+    settings = PredictorSettings(
+        port=0, metrics_port=_free_port(), store=store.uri, index_refresh_s=0.2, compile_tree_models=False
+    )
+    thread = PredictorThread(settings)
     thread.start()
-    yield thread.server.address
+    yield thread.server
     thread.stop()
 
 
@@ -128,8 +132,9 @@ def model_run(admin_client):
 def consoles(console_address, predictor, tmp_path_factory):
     """Two consoles on the same services: one with an admin token, one with a read-only token."""
     logs = tmp_path_factory.mktemp("console-logs")
-    admin, admin_url = _start_console(console_address, ADMIN_TOKEN, predictor, logs / "admin.log")
-    reader, reader_url = _start_console(console_address, READER_TOKEN, predictor, logs / "reader.log")
+    address, metrics = predictor.address, f"http://{predictor.metrics_address}/metrics"
+    admin, admin_url = _start_console(console_address, ADMIN_TOKEN, address, metrics, logs / "admin.log")
+    reader, reader_url = _start_console(console_address, READER_TOKEN, address, metrics, logs / "reader.log")
     yield {"admin": admin_url, "reader": reader_url}
     _stop(admin)
     _stop(reader)
@@ -260,6 +265,14 @@ def test_the_model_page_shows_statistics_that_grow(page, consoles, model_run):
         f".textContent.trim() >= {count + 3}",
         timeout=30_000,
     )
+    # The p99 of the requests, from the predictor's Prometheus histogram (ModelStatistics has none).
+    page.wait_for_function(
+        "/^\\d+\\.\\d\\d ms$/.test(document.querySelector("
+        "\"tr.model[data-model='console-model'] [data-field=p99_latency_ms]\").textContent.trim())",
+        timeout=30_000,
+    )
+    p99 = float(row.locator("[data-field=p99_latency_ms]").inner_text().split()[0])
+    assert 0 < p99 <= 10_000, p99
     page.screenshot(path=str(ARTIFACTS / "models.png"), full_page=True)
 
 
