@@ -29,6 +29,8 @@ class EventLog:
         self.poll_s = poll_s
         self.writes = writes or ThreadPoolExecutor(1, thread_name_prefix="trainwire-metadata")
         self._conditions: dict[str, asyncio.Condition] = defaultdict(asyncio.Condition)
+        # Called with each event once it is stored (searches act on their trials' reports as they come).
+        self.observers: list[Callable[[coordinator_pb2.RunEvent], None]] = []
 
     async def append(self, event: coordinator_pb2.RunEvent) -> int:
         event.time.FromNanoseconds(time.time_ns())
@@ -38,6 +40,8 @@ class EventLog:
         cond = self._conditions[event.run_id]
         async with cond:
             cond.notify_all()
+        for observe in self.observers:
+            observe(event)
         return event_id
 
     def forget(self, run_id: str) -> None:

@@ -333,7 +333,15 @@ class RunManager:
             )
         return run_config, datasets
 
-    async def fit(self, request: coordinator_pb2.FitRequest) -> coordinator_pb2.Run:
+    async def fit(
+        self,
+        request: coordinator_pb2.FitRequest,
+        *,
+        tune_id: str = "",
+        trial_index: int = 0,
+        submitted_by: str | None = None,
+    ) -> coordinator_pb2.Run:
+        """Checks and records a run, then starts it (a search's trials name their search and index)."""
         caller = current_caller()
         if carried_code(request):
             caller.require(SUBMIT_CODE)
@@ -351,8 +359,10 @@ class RunManager:
             created_at=_now(),
             updated_at=_now(),
             request=request,
-            submitted_by=caller.name,
+            submitted_by=caller.name if submitted_by is None else submitted_by,
             embedded_owner=self.embedded_owner,
+            tune_id=tune_id,
+            trial_index=trial_index,
         )
         stored = await self._write(self.metadata.create_run, _record(run, request.idempotency_key))
         if stored.run_id != run_id:
@@ -468,11 +478,11 @@ class RunManager:
         async for batch in watch_logs(reader, request.follow, has_ended):
             yield batch
 
-    async def cancel(self, run_id: str) -> coordinator_pb2.Run:
+    async def cancel(self, run_id: str, reason: str = "") -> coordinator_pb2.Run:
         run = await asyncio.to_thread(self.get_run, run_id)
         controller = self.controllers.get(run.run_id)
         if controller is not None:
-            await controller.cancel()
+            await controller.cancel(reason)
             return controller.run
         return run
 

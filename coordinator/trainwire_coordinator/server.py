@@ -1,4 +1,4 @@
-"""The coordinator's gRPC server: Coordinator + WorkerReports + ModelRegistry, health, reflection."""
+"""The coordinator's gRPC server: Coordinator + WorkerReports + ModelRegistry + Tuner, health, reflection."""
 
 from __future__ import annotations
 
@@ -24,6 +24,8 @@ from trainwire_coordinator.run_manager import RunManager
 from trainwire_coordinator.runtime_envs import PackageService
 from trainwire_coordinator.servicer import CoordinatorServicer, WorkerReportsServicer
 from trainwire_coordinator.settings import CoordinatorSettings
+from trainwire_coordinator.tune.manager import TuneManager
+from trainwire_coordinator.tune.servicer import TunerServicer
 from trainwire_core.auth import ANY_TOKEN, CANCEL, READ, SERVE, SUBMIT, SUBMIT_CODE, TokenTable, add_auth_arguments
 from trainwire_core.serving import (
     KEEPALIVE_SERVER_OPTIONS,
@@ -45,6 +47,8 @@ from trainwire_core.v1 import (
     coordinator_pb2_grpc,
     models_pb2,
     models_pb2_grpc,
+    tune_pb2,
+    tune_pb2_grpc,
     worker_reports_pb2,
     worker_reports_pb2_grpc,
 )
@@ -55,9 +59,10 @@ SERVICE_NAMES = (
     coordinator_pb2.DESCRIPTOR.services_by_name["Coordinator"].full_name,
     worker_reports_pb2.DESCRIPTOR.services_by_name["WorkerReports"].full_name,
     models_pb2.DESCRIPTOR.services_by_name["ModelRegistry"].full_name,
+    tune_pb2.DESCRIPTOR.services_by_name["Tuner"].full_name,
 )
 # The services callers need a token for (workers' report streams carry their own secret).
-PROTECTED_SERVICES = (SERVICE_NAMES[0], SERVICE_NAMES[2])
+PROTECTED_SERVICES = (SERVICE_NAMES[0], SERVICE_NAMES[2], SERVICE_NAMES[3])
 
 
 def join_ray_node(address: str, timeout_s: float = 120.0) -> subprocess.Popen:
@@ -128,6 +133,12 @@ METHOD_SCOPES = {
     "SetRoute": SERVE,
     "GetAliases": READ,
     "GetRoute": READ,
+    # Tuner: a search's trials are fits (a search that carries code needs submit-code too).
+    "Tune": SUBMIT,
+    "GetTune": READ,
+    "ListTunes": READ,
+    "WatchTune": READ,
+    "CancelTune": CANCEL,
 }
 
 
@@ -139,6 +150,7 @@ class CoordinatorServer:
         self.address = ""
         self.server: grpc.aio.Server | None = None
         self.runs: RunManager | None = None
+        self.tunes: TuneManager | None = None
         self.metrics_server: MetricsServer | None = None
         self.metrics_address = ""
 
@@ -191,6 +203,8 @@ class CoordinatorServer:
         coordinator_pb2_grpc.add_CoordinatorServicer_to_server(CoordinatorServicer(self.runs), self.server)
         worker_reports_pb2_grpc.add_WorkerReportsServicer_to_server(WorkerReportsServicer(self.runs), self.server)
         models_pb2_grpc.add_ModelRegistryServicer_to_server(ModelRegistryServicer(ModelRegistry(store)), self.server)
+        self.tunes = TuneManager(self.runs, metadata)
+        tune_pb2_grpc.add_TunerServicer_to_server(TunerServicer(self.tunes), self.server)
         health_servicer = add_health_and_reflection(self.server, SERVICE_NAMES)
         port = add_port(
             self.server, f"{settings.host}:{settings.port}", settings.tls_cert, settings.tls_key, settings.tls_client_ca
@@ -206,9 +220,12 @@ class CoordinatorServer:
             logger.info("Prometheus metrics on http://%s/metrics", self.metrics_address)
         # Once workers can reach this coordinator: runs a previous one left active carry on.
         await self.runs.recover()
+        await self.tunes.recover()
         return self.address
 
     async def stop(self, grace_s: float = 5.0) -> None:
+        if self.tunes is not None:
+            await self.tunes.shutdown()
         if self.runs is not None:
             await self.runs.shutdown()
         if self.server is not None:

@@ -135,7 +135,7 @@ class Trial(_message.Message):
     def __init__(self, index: _Optional[int] = ..., run_id: _Optional[str] = ..., config: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., state: _Optional[_Union[_common_pb2.RunState, str]] = ..., state_reason: _Optional[str] = ..., last_result: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., best_metric: _Optional[float] = ..., num_reports: _Optional[int] = ..., early_stopped: _Optional[bool] = ...) -> None: ...
 
 class TuneRun(_message.Message):
-    __slots__ = ("tune_id", "name", "state", "state_reason", "request", "trials", "best_trial", "created_at", "updated_at", "submitted_by", "num_trials_planned")
+    __slots__ = ("tune_id", "name", "state", "state_reason", "request", "trials", "best_trial", "created_at", "updated_at", "submitted_by", "num_trials_planned", "error_field")
     TUNE_ID_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
@@ -147,6 +147,7 @@ class TuneRun(_message.Message):
     UPDATED_AT_FIELD_NUMBER: _ClassVar[int]
     SUBMITTED_BY_FIELD_NUMBER: _ClassVar[int]
     NUM_TRIALS_PLANNED_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_FIELD_NUMBER: _ClassVar[int]
     tune_id: str
     name: str
     state: _common_pb2.RunState
@@ -158,7 +159,8 @@ class TuneRun(_message.Message):
     updated_at: _timestamp_pb2.Timestamp
     submitted_by: str
     num_trials_planned: int
-    def __init__(self, tune_id: _Optional[str] = ..., name: _Optional[str] = ..., state: _Optional[_Union[_common_pb2.RunState, str]] = ..., state_reason: _Optional[str] = ..., request: _Optional[_Union[TuneRequest, _Mapping]] = ..., trials: _Optional[_Iterable[_Union[Trial, _Mapping]]] = ..., best_trial: _Optional[int] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., submitted_by: _Optional[str] = ..., num_trials_planned: _Optional[int] = ...) -> None: ...
+    error_field: str
+    def __init__(self, tune_id: _Optional[str] = ..., name: _Optional[str] = ..., state: _Optional[_Union[_common_pb2.RunState, str]] = ..., state_reason: _Optional[str] = ..., request: _Optional[_Union[TuneRequest, _Mapping]] = ..., trials: _Optional[_Iterable[_Union[Trial, _Mapping]]] = ..., best_trial: _Optional[int] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., submitted_by: _Optional[str] = ..., num_trials_planned: _Optional[int] = ..., error_field: _Optional[str] = ...) -> None: ...
 
 class GetTuneRequest(_message.Message):
     __slots__ = ("tune_id",)

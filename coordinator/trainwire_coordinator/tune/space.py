@@ -1,0 +1,199 @@
+"""Search spaces: each searched parameter checked once, then sampled or enumerated (ray.tune.search.sample)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from trainwire_core.errors import InvalidArgumentError
+from trainwire_core.structs import struct_to_dict
+from trainwire_core.v1 import tune_pb2
+
+# The keys of param_space a search may set, as Ray merges them into a Trainer.
+ROOTS = ("train_loop_config", "params", "num_boost_round", "scaling_config")
+SCALING_FIELDS = ("num_workers", "use_gpu", "resources_per_worker", "trainer_resources", "placement_strategy")
+FLOAT_SAMPLERS = ("uniform", "quniform", "loguniform", "qloguniform", "randn", "qrandn")
+INT_SAMPLERS = ("randint", "qrandint", "lograndint", "qlograndint")
+SAMPLERS = ("grid_search", "choice", "sample_from", *FLOAT_SAMPLERS, *INT_SAMPLERS)
+
+
+@dataclass(frozen=True)
+class Param:
+    """One searched parameter, checked.
+
+    Attributes:
+        path: Its keys from param_space's root.
+        domain: What it is drawn from.
+        field: Its name in error messages (``search_space[3].domain``).
+    """
+
+    path: tuple[str, ...]
+    domain: tune_pb2.Domain
+    field: str
+
+    @property
+    def name(self) -> str:
+        """The parameter's name as Ray's config columns spell it (``train_loop_config/lr``)."""
+        return "/".join(self.path)
+
+    @property
+    def sampler(self) -> str:
+        return self.domain.sampler
+
+    def values(self) -> list[Any]:
+        """A grid's or a choice's values."""
+        return list(struct_to_dict(self.domain.values))  # a ListValue converts to a list
+
+    def sample(self, rng: np.random.Generator) -> Any:
+        """One value drawn as Ray's sampler of the same name draws it."""
+        d, sampler = self.domain, self.domain.sampler
+        if sampler == "choice":
+            values = self.values()
+            return values[int(rng.integers(len(values)))]
+        if sampler in ("uniform", "quniform"):
+            return _quantize(float(rng.uniform(d.lower, d.upper)), d.q)
+        if sampler in ("loguniform", "qloguniform"):
+            base = d.base or 10.0
+            value = base ** rng.uniform(math.log(d.lower, base), math.log(d.upper, base))
+            return _quantize(float(value), d.q)
+        if sampler in ("randn", "qrandn"):
+            return _quantize(float(rng.normal(d.mean, d.sd or 1.0)), d.q)
+        if sampler == "randint":
+            return int(rng.integers(int(d.lower), int(d.upper)))
+        if sampler == "qrandint":  # Ray's qrandint includes its upper bound
+            q = int(d.q or 1)
+            return int(round(int(rng.integers(int(d.lower), int(d.upper) + 1)) / q) * q)
+        if sampler in ("lograndint", "qlograndint"):
+            base = d.base or 10.0
+            value = base ** rng.uniform(math.log(d.lower, base), math.log(d.upper, base))
+            if sampler == "qlograndint":
+                q = int(d.q or 1)
+                return int(round(value / q) * q)
+            return min(int(value), int(d.upper) - 1)
+        raise AssertionError(f"{sampler} is not sampled at random")
+
+
+def _quantize(value: float, q: float) -> float:
+    return float(np.round(value / q) * q) if q else value
+
+
+def _check(param: tune_pb2.SearchParam, i: int, data_parallel: bool, gbdt: bool) -> Param:
+    field = f"search_space[{i}]"
+    path = tuple(param.path)
+    if not path or any(not part for part in path):
+        raise InvalidArgumentError("a searched parameter needs a path of non-empty keys", field=f"{field}.path")
+    _check_path(path, f"{field}.path", data_parallel, gbdt)
+    d = param.domain
+    sampler = d.sampler
+    if sampler not in SAMPLERS:
+        raise InvalidArgumentError(
+            f"unknown sampler {sampler!r} for {'/'.join(path)}; known: {', '.join(SAMPLERS)}",
+            field=f"{field}.domain.sampler",
+        )
+    if sampler in ("grid_search", "choice") and not d.values.values:
+        raise InvalidArgumentError(f"{sampler} for {'/'.join(path)} has no values", field=f"{field}.domain.values")
+    if sampler == "sample_from" and not d.pickled_function:
+        raise InvalidArgumentError("sample_from needs a function", field=f"{field}.domain.pickled_function")
+    bounds = (d.lower, d.upper, d.q, d.base, d.mean, d.sd)
+    if not all(math.isfinite(v) for v in bounds):
+        raise InvalidArgumentError(f"{'/'.join(path)}: bounds must be finite", field=f"{field}.domain")
+    if d.q < 0 or d.sd < 0:
+        raise InvalidArgumentError(f"{'/'.join(path)}: q and sd must be >= 0", field=f"{field}.domain.q")
+    if sampler in FLOAT_SAMPLERS[:4] + INT_SAMPLERS and not d.lower < d.upper:
+        raise InvalidArgumentError(
+            f"{sampler} for {'/'.join(path)} needs lower < upper (got {d.lower:g}, {d.upper:g})",
+            field=f"{field}.domain.upper",
+        )
+    if "log" in sampler and (d.lower <= 0 or (d.base and (d.base <= 0 or d.base == 1))):
+        raise InvalidArgumentError(
+            f"{sampler} for {'/'.join(path)} needs lower > 0 and a base > 0 other than 1",
+            field=f"{field}.domain.lower",
+        )
+    if sampler in INT_SAMPLERS and not (d.lower.is_integer() and d.upper.is_integer() and float(d.q).is_integer()):
+        raise InvalidArgumentError(
+            f"{sampler} for {'/'.join(path)} needs integer bounds and q", field=f"{field}.domain.lower"
+        )
+    return Param(path, d, field)
+
+
+def _check_path(path: Sequence[str], field: str, data_parallel: bool, gbdt: bool) -> None:
+    root = path[0]
+    if root not in ROOTS:
+        raise InvalidArgumentError(
+            f"param_space key {root!r} cannot be searched; use one of {', '.join(ROOTS)}", field=field
+        )
+    if root == "train_loop_config" and not data_parallel:
+        raise InvalidArgumentError("train_loop_config is searched only for loop trainers", field=field)
+    if root in ("params", "num_boost_round") and not gbdt:
+        raise InvalidArgumentError(f"{root} is searched only for XGBoost and LightGBM", field=field)
+    if root == "num_boost_round" and len(path) != 1:
+        raise InvalidArgumentError("num_boost_round is a number, not a dict", field=field)
+    if root == "scaling_config" and (len(path) < 2 or path[1] not in SCALING_FIELDS):
+        raise InvalidArgumentError(
+            f"scaling_config fields that can be searched: {', '.join(SCALING_FIELDS)}", field=field
+        )
+
+
+class SearchSpace:
+    """A request's searched parameters and constants, checked.
+
+    Args:
+        request: The TuneRequest.
+    """
+
+    def __init__(self, request: tune_pb2.TuneRequest) -> None:
+        trainer = request.trainer.WhichOneof("trainer")
+        data_parallel, gbdt = trainer == "data_parallel", trainer == "gbdt"
+        self.constants = struct_to_dict(request.param_space)
+        for key in self.constants:
+            _check_path((key,), f"param_space.{key}", data_parallel, gbdt)
+        self.params = [_check(p, i, data_parallel, gbdt) for i, p in enumerate(request.search_space)]
+        seen: set[tuple[str, ...]] = set()
+        for param in self.params:
+            if param.path in seen:
+                raise InvalidArgumentError(f"{param.name} is searched twice", field=f"{param.field}.path")
+            seen.add(param.path)
+        self.grid = [p for p in self.params if p.sampler == "grid_search"]
+        self.random = [p for p in self.params if p.sampler not in ("grid_search", "sample_from")]
+        self.derived = [p for p in self.params if p.sampler == "sample_from"]
+
+    @property
+    def num_grid_points(self) -> int:
+        return math.prod(len(p.domain.values.values) for p in self.grid)
+
+    def grid_point(self, k: int) -> dict[tuple[str, ...], Any]:
+        """The k-th point of the grid; the last grid parameter varies fastest, as in Ray."""
+        point: dict[tuple[str, ...], Any] = {}
+        for param in reversed(self.grid):
+            values = param.values()
+            k, j = divmod(k, len(values))
+            point[param.path] = values[j]
+        return point
+
+
+def nest(values: dict[tuple[str, ...], Any], base: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Flat ``{path: value}`` as the nested dict param_space spells (``{"params": {"eta": 0.1}}``)."""
+    out: dict[str, Any] = {k: (dict(v) if isinstance(v, dict) else v) for k, v in (base or {}).items()}
+    for path, value in values.items():
+        node = out
+        for key in path[:-1]:
+            child = node.get(key)
+            node[key] = child = dict(child) if isinstance(child, dict) else {}
+            node = child
+        node[path[-1]] = value
+    return out
+
+
+def flatten(config: dict[str, Any], prefix: tuple[str, ...] = ()) -> dict[tuple[str, ...], Any]:
+    """The inverse of `nest`: every leaf by its path."""
+    out: dict[tuple[str, ...], Any] = {}
+    for key, value in config.items():
+        if isinstance(value, dict) and value:
+            out.update(flatten(value, (*prefix, key)))
+        else:
+            out[(*prefix, key)] = value
+    return out

@@ -1,0 +1,145 @@
+"""Turning a search's sampled parameters into a trial's FitRequest, and what a trial needs of the cluster."""
+
+from __future__ import annotations
+
+import types
+from collections.abc import Callable
+from typing import Any
+
+import cloudpickle
+import ray
+
+from trainwire_coordinator.backends import get_backend
+from trainwire_coordinator.placement import bundles_for
+from trainwire_coordinator.tune.space import Param
+from trainwire_core.errors import InvalidArgumentError
+from trainwire_core.structs import merge_dicts, struct_to_dict, to_struct
+from trainwire_core.v1 import coordinator_pb2
+
+
+def trial_name(tune_name: str, index: int) -> str:
+    """A trial's run name, as Ray names trial directories by a counter."""
+    return f"{tune_name}_{index:05d}"
+
+
+def trial_request(
+    base: coordinator_pb2.FitRequest, config: dict[str, Any], name: str, idempotency_key: str
+) -> coordinator_pb2.FitRequest:
+    """The search's trainer with one trial's parameters merged in, as Ray merges param_space into a Trainer.
+
+    Args:
+        base: The search's trainer.
+        config: The trial's parameters (constants and sampled values), keyed like param_space.
+        name: The trial run's name.
+        idempotency_key: Makes creating the trial's run idempotent (a coordinator taking over may try again).
+    """
+    request = coordinator_pb2.FitRequest()
+    request.CopyFrom(base)
+    for root, value in config.items():
+        field = f"param_space.{root}"
+        if root == "train_loop_config":
+            # The loop's own config may be pickled: the workers, who unpickle it, merge these in.
+            request.data_parallel.config_overrides.CopyFrom(to_struct(_as_dict(value, field), field))
+        elif root == "params":
+            merged = merge_dicts(struct_to_dict(request.gbdt.params), _as_dict(value, field))
+            request.gbdt.params.CopyFrom(to_struct(merged, field))
+        elif root == "num_boost_round":
+            request.gbdt.num_boost_round = _int(value, field)
+        elif root == "scaling_config":
+            _set_scaling(request, _as_dict(value, field))
+    request.run_config.name = name
+    request.idempotency_key = idempotency_key
+    return request
+
+
+def _as_dict(value: Any, field: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise InvalidArgumentError(f"{field} must be a dict, got {type(value).__name__}", field=field)
+    return value
+
+
+def _int(value: Any, field: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not float(value).is_integer():
+        raise InvalidArgumentError(f"{field} must be a whole number, got {value!r}", field=field)
+    return int(value)
+
+
+def _set_scaling(request: coordinator_pb2.FitRequest, values: dict[str, Any]) -> None:
+    scaling = request.scaling_config
+    for key, value in values.items():
+        field = f"param_space.scaling_config.{key}"
+        if key == "num_workers":
+            scaling.num_workers = _int(value, field)
+            if scaling.num_workers < 1:
+                raise InvalidArgumentError(f"{field} must be >= 1", field=field)
+        elif key == "use_gpu":
+            scaling.use_gpu = bool(value)
+        elif key == "placement_strategy":
+            scaling.placement_strategy = str(value)
+        elif key in ("resources_per_worker", "trainer_resources"):
+            target = getattr(scaling, key)
+            target.clear()
+            for resource, amount in _as_dict(value, field).items():
+                if isinstance(amount, bool) or not isinstance(amount, int | float) or amount < 0:
+                    raise InvalidArgumentError(f"{field}.{resource} must be a number >= 0", field=field)
+                target[resource] = float(amount)
+        else:
+            raise InvalidArgumentError(f"scaling_config has no field {key!r}", field=field)
+
+
+def trial_needs(request: coordinator_pb2.FitRequest) -> dict[str, float]:
+    """The resources a trial's run reserves: its workers' bundles and its side bundles, summed."""
+    backend = get_backend(request.framework)
+    need: dict[str, float] = {}
+    for bundle in bundles_for(backend.placement_scaling(request)) + list(backend.side_bundles(request)):
+        for key, value in bundle.items():
+            need[key] = need.get(key, 0.0) + value
+    return need
+
+
+def fits(need: dict[str, float], used: dict[str, float], total: dict[str, float]) -> bool:
+    """Whether ``need`` fits in ``total`` beside ``used``."""
+    return all(used.get(k, 0.0) + v <= total.get(k, 0.0) + 1e-9 for k, v in need.items())
+
+
+def add(used: dict[str, float], need: dict[str, float]) -> None:
+    for key, value in need.items():
+        used[key] = used.get(key, 0.0) + value
+
+
+class _Config(dict):
+    """A dict whose keys read as attributes too (``spec.config.lr``), as Ray's sample_from spec."""
+
+    def __getattr__(self, key: str) -> Any:
+        try:
+            value = self[key]
+        except KeyError:
+            raise AttributeError(key) from None
+        return _Config(value) if isinstance(value, dict) else value
+
+
+def _resolve_sample_from(functions: list[tuple[tuple[str, ...], bytes]], config: dict[str, Any]) -> dict[str, Any]:
+    """Calls each sample_from function with ``spec`` (``spec.config``: the config so far), in order."""
+    from trainwire_coordinator.tune.space import nest
+
+    for path, pickled in functions:
+        fn: Callable[[Any], Any] = cloudpickle.loads(pickled)
+        value = fn(types.SimpleNamespace(config=_Config(config)))
+        config = nest({path: value}, config)
+    return config
+
+
+def resolve_sample_from(params: list[Param], config: dict[str, Any]) -> dict[str, Any]:
+    """Resolves sample_from parameters on the cluster (user code never runs in the coordinator's process).
+
+    Blocks: call it off the event loop.
+    """
+    task = ray.remote(num_cpus=0, max_retries=0)(_resolve_sample_from)
+    functions = [(p.path, p.domain.pickled_function) for p in params]
+    try:
+        resolved = ray.get(task.remote(functions, config), timeout=120)
+    except ray.exceptions.RayTaskError as exc:
+        field = params[0].field + ".domain.pickled_function"
+        raise InvalidArgumentError(f"a sample_from function raised: {exc.cause!r}", field=field) from None
+    to_struct(resolved, "search_space.sample_from")  # its values must travel as JSON
+    return resolved
