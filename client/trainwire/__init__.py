@@ -1,11 +1,11 @@
 """trainwire: Ray Train's API as a service.
 
 import trainwire
-from trainwire import ScalingConfig, RunConfig, train
+from trainwire import ScalingConfig, RunConfig, train, tune
 trainwire.init()
 """
 
-from trainwire import train
+from trainwire import train, tune
 from trainwire.batch_predictor import BatchPredictor
 from trainwire.checkpoint import Checkpoint
 from trainwire.client import CoordinatorClient
@@ -39,4 +39,5 @@ __all__ = [
     "init",
     "shutdown",
     "train",
+    "tune",
 ]

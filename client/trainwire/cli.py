@@ -1,4 +1,4 @@
-"""The ``trainwire`` command line: services, runs, checkpoints, models, predictions."""
+"""The ``trainwire`` command line: services, runs, searches, checkpoints, models, predictions."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from google.protobuf import json_format
 
 from trainwire.client import CoordinatorClient, format_log_line
 from trainwire_core.errors import TrainwireError
-from trainwire_core.v1 import common_pb2
+from trainwire_core.v1 import common_pb2, tune_pb2
 
 DEFAULT_ADDRESS = "127.0.0.1:50051"
 # What the service commands that trainwire's own distributions register do (shown by --help).
@@ -77,6 +77,51 @@ def _runs_plot(args: argparse.Namespace) -> None:
         print(plot_histories(histories, args.output, args.metric or None, args.x))
     except ValueError as err:
         raise SystemExit(f"error: {err}") from None
+
+
+def _tune_trials_done(tune: tune_pb2.TuneRun) -> str:
+    done = sum(t.state in (common_pb2.SUCCEEDED, common_pb2.FAILED, common_pb2.CANCELLED) for t in tune.trials)
+    planned = "?" if tune.num_trials_planned < 0 else str(tune.num_trials_planned or len(tune.trials))
+    return f"{done}/{planned}"
+
+
+def _tunes_list(args: argparse.Namespace) -> None:
+    from trainwire.tune.progress import best_text
+
+    response = _client(args).list_tunes(args.page_size, args.page_token)
+    print(f"{'TUNE ID':<18} {'NAME':<24} {'STATE':<11} {'TRIALS':<9} BEST")
+    for tune in response.tunes:
+        state = common_pb2.RunState.Name(tune.state)
+        print(f"{tune.tune_id:<18} {tune.name[:24]:<24} {state:<11} {_tune_trials_done(tune):<9} {best_text(tune)}")
+    if response.next_page_token:
+        print(f"next page: --page-token {response.next_page_token}")
+
+
+def _tunes_show(args: argparse.Namespace) -> None:
+    tune = _client(args).get_tune(args.tune)
+    tune.request.ClearField("trainer")  # the trainer's pickled code and datasets: `runs show` a trial for it
+    _print_json(tune)
+
+
+def _tunes_watch(args: argparse.Namespace) -> int:
+    """A line per trial state change and per new best trial; 0 once the search SUCCEEDED."""
+    from trainwire.tune.progress import describe_changes
+
+    client = _client(args)
+    previous = client.get_tune(args.tune)
+    for line in describe_changes(None, previous):
+        print(line, flush=True)
+    if previous.state not in (common_pb2.SUCCEEDED, common_pb2.FAILED, common_pb2.CANCELLED):
+        for snapshot in client.watch_tune(previous.tune_id):
+            for line in describe_changes(previous, snapshot):
+                print(line, flush=True)
+            previous = snapshot
+    return 0 if previous.state == common_pb2.SUCCEEDED else 1
+
+
+def _tunes_cancel(args: argparse.Namespace) -> None:
+    tune = _client(args).cancel_tune(args.tune)
+    print(f"{tune.tune_id} {common_pb2.RunState.Name(tune.state)}")
 
 
 def _registry(args: argparse.Namespace):  # type: ignore[no-untyped-def]
@@ -217,6 +262,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--x", choices=["training_iteration", "time"], default="training_iteration", help="x axis")
     p.add_argument("-o", "--output", default="curves.png", help="the PNG to write (default: curves.png)")
     p.set_defaults(fn=_runs_plot)
+
+    tunes = sub.add_parser("tunes", help="list, show, watch and cancel hyperparameter searches").add_subparsers(
+        dest="action", required=True
+    )
+    p = tunes.add_parser("list", help="list searches, newest first")
+    p.add_argument("--page-size", type=int, default=50)
+    p.add_argument("--page-token", default="")
+    p.set_defaults(fn=_tunes_list)
+    for action, fn, help_text in [
+        ("show", _tunes_show, "show a search and its trials as JSON"),
+        ("watch", _tunes_watch, "print trials' state changes until the search ends (exit 0: SUCCEEDED)"),
+        ("cancel", _tunes_cancel, "cancel a search: no new trials, running ones are cancelled"),
+    ]:
+        p = tunes.add_parser(action, help=help_text)
+        p.add_argument("tune", help="tune id or name")
+        p.set_defaults(fn=fn)
 
     p = sub.add_parser("health", help="gRPC health check of a server: exit 0 when SERVING")
     p.add_argument("target", metavar="ADDRESS", help="host:port of a coordinator or predictor")

@@ -7,6 +7,7 @@ import io
 import os
 import time
 from collections.abc import Callable, Iterator
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ from trainwire_core.grpc_status import from_rpc_error
 from trainwire_core.serving import KEEPALIVE_CLIENT_OPTIONS, message_size_options
 from trainwire_core.storage import is_relative_path
 from trainwire_core.tls import ClientTLS, open_channel
-from trainwire_core.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc
+from trainwire_core.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc, tune_pb2, tune_pb2_grpc
 
 UPLOAD_CHUNK_BYTES = 1 << 20
 
@@ -228,6 +229,49 @@ class CoordinatorClient:
             for handle in handles.values():
                 handle.close()
         return str(directory)
+
+    # --- hyperparameter searches (the Tuner service, on the same channel and token) ---
+    @cached_property
+    def tuner_stub(self) -> tune_pb2_grpc.TunerStub:
+        return tune_pb2_grpc.TunerStub(self.channel)
+
+    def _call_tuner(self, method: str, request: object) -> Any:
+        try:
+            return getattr(self.tuner_stub, method)(request, metadata=self._metadata)
+        except grpc.RpcError as err:
+            raise from_rpc_error(err) from None
+
+    def tune(self, request: tune_pb2.TuneRequest) -> tune_pb2.TuneRun:
+        """Starts a search (or returns the one started with the same ``idempotency_key``)."""
+        return self._call_tuner("Tune", request)
+
+    def get_tune(self, tune_id: str) -> tune_pb2.TuneRun:
+        """A search by id, or the newest search of that name."""
+        return self._call_tuner("GetTune", tune_pb2.GetTuneRequest(tune_id=tune_id))
+
+    def list_tunes(self, page_size: int = 100, page_token: str = "") -> tune_pb2.ListTunesResponse:
+        """Searches, newest first."""
+        return self._call_tuner("ListTunes", tune_pb2.ListTunesRequest(page_size=page_size, page_token=page_token))
+
+    def cancel_tune(self, tune_id: str) -> tune_pb2.TuneRun:
+        """Stops a search: no new trials, running ones are cancelled."""
+        return self._call_tuner("CancelTune", tune_pb2.GetTuneRequest(tune_id=tune_id))
+
+    def watch_tune(self, tune_id: str, reconnect_for_s: float = 60.0) -> Iterator[tune_pb2.TuneRun]:
+        """Snapshots of a search each time it changes, until it has ended.
+
+        Reconnects as ``watch_run`` does; each message is a whole snapshot, so a reconnect
+        starts the stream again (a snapshot equal to the last one seen is not repeated).
+        """
+
+        def call() -> Iterator[tune_pb2.TuneRun]:
+            return self.tuner_stub.WatchTune(tune_pb2.GetTuneRequest(tune_id=tune_id), metadata=self._metadata)
+
+        last: tune_pb2.TuneRun | None = None
+        for snapshot in self._resuming(call, reconnect_for_s):
+            if snapshot != last:
+                last = snapshot
+                yield snapshot
 
     def close(self) -> None:
         self.channel.close()

@@ -41,6 +41,7 @@ class Result:
         metrics_dataframe: Every report of rank 0, one row each.
         best_checkpoints: (checkpoint, metrics) pairs, best first.
         run_id: The run's id; ``name`` its name; ``state`` its final state.
+        config: A search trial's parameters, keyed like the Tuner's param_space (else empty).
     """
 
     metrics: dict[str, Any]
@@ -52,6 +53,7 @@ class Result:
     run_id: str = ""
     name: str = ""
     state: str = ""
+    config: dict[str, Any] = field(default_factory=dict)
 
     def plot(self, path: str, metrics: list[str] | None = None) -> str:
         """Writes a PNG of this run's metric curves against the training iteration (needs matplotlib).

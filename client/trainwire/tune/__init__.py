@@ -1,0 +1,57 @@
+"""Hyperparameter search with Ray Tune's API, as ``ray.tune``; the search runs in the coordinator.
+
+from trainwire import tune
+from trainwire.torch import TorchTrainer
+from trainwire.tune.schedulers import ASHAScheduler
+
+tuner = tune.Tuner(
+    TorchTrainer(train_loop, scaling_config=ScalingConfig(num_workers=2)),
+    param_space={"train_loop_config": {"lr": tune.loguniform(1e-4, 1e-1), "epochs": 10}},
+    tune_config=tune.TuneConfig(metric="loss", mode="min", num_samples=16, scheduler=ASHAScheduler()),
+)
+best = tuner.fit().get_best_result()
+"""
+
+from trainwire.config import CheckpointConfig, FailureConfig, RunConfig
+from trainwire.tune.error import TuneError
+from trainwire.tune.result_grid import ResultGrid
+from trainwire.tune.search.sample import (
+    choice,
+    grid_search,
+    lograndint,
+    loguniform,
+    qlograndint,
+    qloguniform,
+    qrandint,
+    qrandn,
+    quniform,
+    randint,
+    randn,
+    sample_from,
+    uniform,
+)
+from trainwire.tune.tune_config import TuneConfig
+from trainwire.tune.tuner import Tuner
+
+__all__ = [
+    "CheckpointConfig",
+    "FailureConfig",
+    "ResultGrid",
+    "RunConfig",
+    "TuneConfig",
+    "TuneError",
+    "Tuner",
+    "choice",
+    "grid_search",
+    "lograndint",
+    "loguniform",
+    "qlograndint",
+    "qloguniform",
+    "qrandint",
+    "qrandn",
+    "quniform",
+    "randint",
+    "randn",
+    "sample_from",
+    "uniform",
+]

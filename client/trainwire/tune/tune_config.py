@@ -1,0 +1,126 @@
+"""``TuneConfig``, as ``ray.tune.TuneConfig``."""
+
+from __future__ import annotations
+
+import datetime
+import math
+import numbers
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from trainwire.tune.schedulers import TrialScheduler
+from trainwire.tune.search.searcher import Searcher, check_mode
+from trainwire_core.errors import InvalidArgumentError
+from trainwire_core.v1 import tune_pb2
+
+
+@dataclass
+class TuneConfig:
+    """How a search runs.
+
+    Args:
+        metric: The metric trials are compared on (reported by the training loop).
+        mode: "min" or "max".
+        search_alg: A search algorithm (default: ``BasicVariantGenerator``, random and grid search).
+        scheduler: A trial scheduler (default: ``FIFOScheduler``).
+        num_samples: Samples of the search space (each grid point repeated as often); -1: until
+            ``time_budget_s`` runs out.
+        max_concurrent_trials: At most this many trials at once (None: as many as the cluster holds).
+        time_budget_s: No trial starts after this many seconds, and running ones are stopped.
+        reuse_actors, trial_name_creator, trial_dirname_creator: Accepted for Ray's signature;
+            they have no effect (each trial is a run of its own, named ``<search name>_<index>``).
+    """
+
+    metric: str | None = None
+    mode: str | None = None
+    search_alg: Searcher | None = None
+    scheduler: TrialScheduler | None = None
+    num_samples: int = 1
+    max_concurrent_trials: int | None = None
+    time_budget_s: float | datetime.timedelta | None = None
+    reuse_actors: bool = False
+    trial_name_creator: Callable[..., str] | None = None
+    trial_dirname_creator: Callable[..., str] | None = None
+
+    def __post_init__(self) -> None:
+        check_mode(self.mode, "tune_config.mode")
+        if self.search_alg is not None and not isinstance(self.search_alg, Searcher):
+            raise InvalidArgumentError(
+                "tune_config.search_alg must be a trainwire.tune search algorithm, "
+                f"got {type(self.search_alg).__name__}",
+                field="tune_config.search_alg",
+            )
+        if self.scheduler is not None and not isinstance(self.scheduler, TrialScheduler):
+            raise InvalidArgumentError(
+                f"tune_config.scheduler must be a trainwire.tune.schedulers scheduler, "
+                f"got {type(self.scheduler).__name__}",
+                field="tune_config.scheduler",
+            )
+        for part, name in ((self.search_alg, "search_alg"), (self.scheduler, "scheduler")):
+            if part is None:
+                continue
+            # As Ray: the metric and mode are given once, to TuneConfig or to the part.
+            for attr in ("metric", "mode"):
+                if getattr(self, attr) is not None and getattr(part, attr) is not None:
+                    raise InvalidArgumentError(
+                        f"{attr} is given to both TuneConfig and its {name}: give it to one of them",
+                        field=f"tune_config.{name}.{attr}",
+                    )
+        n = self.num_samples
+        if isinstance(n, bool) or not isinstance(n, int) or not (n >= 1 or n == -1):
+            raise InvalidArgumentError(
+                f"tune_config.num_samples must be an integer >= 1 (or -1 with a time budget), got {n!r}",
+                field="tune_config.num_samples",
+            )
+        m = self.max_concurrent_trials
+        if m is not None and (isinstance(m, bool) or not isinstance(m, int) or m < 1):
+            raise InvalidArgumentError(
+                f"tune_config.max_concurrent_trials must be None or an integer >= 1, got {m!r}",
+                field="tune_config.max_concurrent_trials",
+            )
+        if n == -1 and self.time_budget_s is None:
+            raise InvalidArgumentError(
+                "tune_config.num_samples=-1 runs until time_budget_s runs out: give time_budget_s",
+                field="tune_config.num_samples",
+            )
+        if self.time_budget_s is not None:
+            budget = self.time_budget_s
+            seconds = budget.total_seconds() if isinstance(budget, datetime.timedelta) else budget
+            is_number = isinstance(seconds, numbers.Real) and not isinstance(seconds, bool)
+            if not is_number or not math.isfinite(seconds) or seconds <= 0:
+                raise InvalidArgumentError(
+                    f"tune_config.time_budget_s must be a number of seconds > 0, got {budget!r}",
+                    field="tune_config.time_budget_s",
+                )
+
+    @property
+    def budget_seconds(self) -> float:
+        budget = self.time_budget_s
+        if budget is None:
+            return 0.0
+        return budget.total_seconds() if isinstance(budget, datetime.timedelta) else float(budget)
+
+    def to_proto(self) -> tune_pb2.TuneConfig:
+        """The config as the coordinator's Tune request carries it."""
+        msg = tune_pb2.TuneConfig(
+            metric=self.metric or "",
+            mode=self.mode or "",
+            num_samples=self.num_samples,
+            max_concurrent_trials=self.max_concurrent_trials or 0,
+            time_budget_s=self.budget_seconds,
+        )
+        if self.search_alg is not None:
+            msg.search_alg.CopyFrom(self.search_alg.to_proto())
+        if self.scheduler is not None:
+            msg.scheduler.CopyFrom(self.scheduler.to_proto())
+        return msg
+
+
+def default_metric_mode(config: tune_pb2.TuneConfig) -> tuple[str, str]:
+    """The search's metric and mode: TuneConfig's, else its search algorithm's or scheduler's."""
+    metric = config.metric or config.search_alg.metric or config.scheduler.metric
+    mode = config.mode or config.search_alg.mode or config.scheduler.mode
+    return metric, mode
+
+
+__all__ = ["TuneConfig", "default_metric_mode"]

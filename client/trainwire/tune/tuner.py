@@ -1,0 +1,337 @@
+"""``Tuner``, as ``ray.tune.Tuner``: the search runs in the coordinator; this starts it, watches it, reads it."""
+
+from __future__ import annotations
+
+import copy
+import sys
+import time
+import uuid
+from typing import Any
+
+from trainwire.checkpoint import Checkpoint
+from trainwire.client import TERMINAL_STATES, CoordinatorClient
+from trainwire.config import RunConfig, ScalingConfig
+from trainwire.session_client import get_client
+from trainwire.trainer import BaseTrainer
+from trainwire.tune.error import TuneError
+from trainwire.tune.progress import describe_changes
+from trainwire.tune.result_grid import ResultGrid
+from trainwire.tune.search.optuna import OptunaSearch
+from trainwire.tune.search.sample import Function
+from trainwire.tune.search.searcher import ConcurrencyLimiter
+from trainwire.tune.search.variant_generator import Path, Searched, split_space
+from trainwire.tune.tune_config import TuneConfig
+from trainwire_core.errors import InvalidArgumentError, NotFoundError, UnavailableError
+from trainwire_core.structs import to_struct
+from trainwire_core.v1 import common_pb2, tune_pb2
+
+# Top-level param_space keys and the trainer attribute each one needs (None: every trainer).
+SEARCHABLE = {
+    "train_loop_config": "train_loop_config",
+    "params": "params",
+    "num_boost_round": "num_boost_round",
+    "scaling_config": None,
+}
+# The ScalingConfig fields a param_space may set (min_workers: an elastic run's lower bound).
+SCALING_KEYS = (
+    "num_workers",
+    "min_workers",
+    "use_gpu",
+    "resources_per_worker",
+    "trainer_resources",
+    "placement_strategy",
+)
+# How long a Tune call is retried while the coordinator is unreachable (the idempotency key
+# makes a retry return the search the first call started).
+START_RETRY_S = 60.0
+
+
+def scaling_config_dict(config: Any) -> dict[str, Any]:
+    """A ScalingConfig (ours or Ray's) as the dict of fields a trial's scaling config is merged with."""
+    sc = ScalingConfig.coerce(config)
+    out: dict[str, Any] = {
+        "num_workers": sc.max_workers,
+        "use_gpu": sc.use_gpu,
+        "placement_strategy": sc.placement_strategy,
+    }
+    if isinstance(sc.num_workers, tuple):
+        out["min_workers"] = sc.min_workers
+    if sc.resources_per_worker is not None:
+        out["resources_per_worker"] = dict(sc.resources_per_worker)
+    if sc.trainer_resources is not None:
+        out["trainer_resources"] = dict(sc.trainer_resources)
+    return out
+
+
+def _innermost(search_alg: Any) -> Any:
+    while isinstance(search_alg, ConcurrencyLimiter):
+        search_alg = search_alg.searcher
+    return search_alg
+
+
+def parse_param_space(
+    param_space: dict[str, Any] | None, trainable: Any = None, search_alg: Any = None
+) -> tuple[dict[str, Any], list[tuple[Path, Searched]]]:
+    """A Tuner's param_space as its constants and its searched values, checked against the trainer.
+
+    ``OptunaSearch(space=...)``'s samplers are added to it.
+
+    Raises:
+        InvalidArgumentError: A key no trainer takes (``field`` is ``param_space.<key>``), a
+            ``datasets`` key, a constant that is not JSON, or a path given twice.
+    """
+    if param_space is None:
+        param_space = {}
+    if not isinstance(param_space, dict):
+        raise InvalidArgumentError(f"param_space must be a dict, got {type(param_space).__name__}", field="param_space")
+    space = dict(param_space)
+    for key in space:
+        field = f"param_space.{key}"
+        if key == "datasets":
+            raise InvalidArgumentError(
+                "param_space.datasets cannot be searched: give the datasets to the trainer", field=field
+            )
+        if key not in SEARCHABLE:
+            raise InvalidArgumentError(
+                f"param_space has no key {key!r}: a trainer's searchable keys are {', '.join(SEARCHABLE)}",
+                field=field,
+            )
+        needs = SEARCHABLE[key]
+        if needs is not None and trainable is not None and not hasattr(trainable, needs):
+            raise InvalidArgumentError(f"param_space.{key} does not apply to {type(trainable).__name__}", field=field)
+    if "scaling_config" in space:
+        scaling = space["scaling_config"]
+        if not isinstance(scaling, dict):
+            try:
+                space["scaling_config"] = scaling = scaling_config_dict(scaling)
+            except InvalidArgumentError:
+                raise InvalidArgumentError(
+                    f"param_space.scaling_config must be a ScalingConfig or a dict, got {type(scaling).__name__}",
+                    field="param_space.scaling_config",
+                ) from None
+        for key in scaling:
+            if key not in SCALING_KEYS:
+                raise InvalidArgumentError(
+                    f"param_space.scaling_config has no field {key!r} (fields: {', '.join(SCALING_KEYS)})",
+                    field=f"param_space.scaling_config.{key}",
+                )
+    constants, params = split_space(space)
+    search_alg = _innermost(search_alg)
+    if isinstance(search_alg, OptunaSearch) and search_alg.space:
+        space_constants, space_params = split_space(search_alg.space, "search_alg.space")
+        assert not space_constants  # OptunaSearch holds samplers only
+        params.extend(space_params)
+    seen: set[Path] = set()
+    for path, _ in params:
+        if path in seen:
+            where = ".".join(path)
+            raise InvalidArgumentError(
+                f"{where} is searched twice (param_space and OptunaSearch's space)", field=f"param_space.{where}"
+            )
+        seen.add(path)
+    return constants, params
+
+
+def search_params(params: list[tuple[Path, Searched]]) -> list[tune_pb2.SearchParam]:
+    """The searched values as the Tune request carries them."""
+    out = []
+    for path, domain in params:
+        try:
+            proto = domain.to_proto()
+        except InvalidArgumentError as exc:
+            raise InvalidArgumentError(
+                f"param_space.{'.'.join(path)}: {exc}", field=f"param_space.{'.'.join(path)}"
+            ) from None
+        except Exception as exc:
+            if not isinstance(domain, Function):
+                raise
+            raise InvalidArgumentError(
+                f"param_space.{'.'.join(path)}: sample_from's function cannot be pickled: {exc}",
+                field=f"param_space.{'.'.join(path)}",
+            ) from exc
+        out.append(tune_pb2.SearchParam(path=list(path), domain=proto))
+    return out
+
+
+class Tuner:
+    """Searches hyperparameters of a trainer, as ``ray.tune.Tuner``; each trial is a run.
+
+    The search runs in the coordinator: it goes on if this program stops, and
+    ``Tuner.restore(tune_id)`` follows it again.
+
+    Args:
+        trainable: A trainwire trainer (``TorchTrainer``, ``XGBoostTrainer``, ...).
+        param_space: Values that replace or merge into the trainer's: ``train_loop_config``,
+            ``params`` (GBDT), ``num_boost_round``, ``scaling_config`` (a ScalingConfig, or a
+            dict when a field is searched); ``tune`` samplers and ``tune.grid_search`` anywhere in them.
+        tune_config: Metric, mode, search algorithm, scheduler, samples.
+        run_config: The search's name (trials are ``<name>_<index>``) and verbosity; it
+            replaces the trainer's run config, as in Ray.
+    """
+
+    def __init__(
+        self,
+        trainable: BaseTrainer | None = None,
+        *,
+        param_space: dict[str, Any] | None = None,
+        tune_config: TuneConfig | None = None,
+        run_config: RunConfig | None = None,
+    ) -> None:
+        if trainable is not None and not isinstance(trainable, BaseTrainer):
+            raise InvalidArgumentError(
+                "Tuner takes a trainwire trainer (TorchTrainer, XGBoostTrainer, DataParallelTrainer, ...), "
+                f"got {type(trainable).__name__}; wrap a training function in DataParallelTrainer",
+                field="trainable",
+            )
+        if tune_config is not None and not isinstance(tune_config, TuneConfig):
+            raise InvalidArgumentError("tune_config must be a trainwire.tune.TuneConfig", field="tune_config")
+        if run_config is not None and not isinstance(run_config, RunConfig):
+            raise InvalidArgumentError("run_config must be a trainwire.RunConfig", field="run_config")
+        self.trainable = trainable
+        self.param_space = param_space
+        self.tune_config = tune_config or TuneConfig()
+        self.run_config = run_config
+        self._constants, self._params = parse_param_space(param_space, trainable, self.tune_config.search_alg)
+        self._tune_id = ""  # set by restore: fit() follows that search
+        self._results: ResultGrid | None = None
+
+    # --- the request -----------------------------------------------------------------
+    def _effective_run_config(self) -> RunConfig:
+        if self.run_config is not None:
+            return self.run_config
+        return self.trainable.run_config if self.trainable is not None else RunConfig()
+
+    def build_request(self, client: CoordinatorClient) -> tune_pb2.TuneRequest:
+        """The Tune request (uploads the trainer's datasets and code, as ``Trainer.fit()`` does)."""
+        if self.trainable is None:
+            raise InvalidArgumentError("a Tuner needs a trainable to start a search", field="trainable")
+        trainer = copy.copy(self.trainable)
+        trainer.run_config = self._effective_run_config()
+        fit_request = trainer.build_request(client)
+        # The search's name is the one name: the coordinator names the trials after it.
+        fit_request.run_config.name = ""
+        return tune_pb2.TuneRequest(
+            trainer=fit_request,
+            param_space=to_struct(self._constants, "param_space"),
+            search_space=search_params(self._params),
+            tune_config=self.tune_config.to_proto(),
+            name=trainer.run_config.name or "",
+            idempotency_key=uuid.uuid4().hex,
+        )
+
+    # --- running ---------------------------------------------------------------------
+    def fit(self) -> ResultGrid:
+        """Starts the search (or follows the restored one) until it ends; returns its trials' results.
+
+        A trial that fails does not raise: it is in ``ResultGrid.errors``.
+
+        Raises:
+            TuneError: The search itself failed.
+        """
+        client = get_client()
+        if self._tune_id:
+            tune = client.get_tune(self._tune_id)
+        else:
+            tune = self._start(client, self.build_request(client))
+        self._tune_id = tune.tune_id
+        tune = self._follow(client, tune, bool(self._effective_run_config().verbose))
+        self._results = self._grid(tune, client)
+        if tune.state == common_pb2.FAILED:
+            raise TuneError(f"search {tune.name!r} ({tune.tune_id}) failed: {tune.state_reason}", tune, self._results)
+        return self._results
+
+    @staticmethod
+    def _start(client: CoordinatorClient, request: tune_pb2.TuneRequest) -> tune_pb2.TuneRun:
+        give_up_at = time.monotonic() + START_RETRY_S
+        delay_s = 0.5
+        while True:
+            try:
+                return client.tune(request)
+            except UnavailableError:
+                if time.monotonic() >= give_up_at:
+                    raise
+                time.sleep(delay_s)
+                delay_s = min(delay_s * 2, 5.0)
+
+    @staticmethod
+    def _follow(client: CoordinatorClient, tune: tune_pb2.TuneRun, verbose: bool) -> tune_pb2.TuneRun:
+        previous = None
+        try:
+            if verbose:
+                for line in describe_changes(None, tune):
+                    print(line, flush=True)
+            previous = tune
+            if tune.state in TERMINAL_STATES:
+                return tune
+            for snapshot in client.watch_tune(tune.tune_id):
+                if verbose:
+                    for line in describe_changes(previous, snapshot):
+                        print(line, flush=True)
+                previous = snapshot
+                if snapshot.state in TERMINAL_STATES:
+                    return snapshot
+        except KeyboardInterrupt:
+            print(
+                f"search {tune.tune_id} goes on in the coordinator: Tuner.restore({tune.tune_id!r}) follows it again, "
+                f"`trainwire tunes cancel {tune.tune_id}` stops it",
+                file=sys.stderr,
+                flush=True,
+            )
+            raise
+        return client.get_tune(tune.tune_id)  # the stream ended early: the search as it is now
+
+    def _grid(self, tune: tune_pb2.TuneRun, client: CoordinatorClient) -> ResultGrid:
+        checkpoint_cls = self.trainable.checkpoint_cls if self.trainable is not None else Checkpoint
+        return ResultGrid(tune, client, checkpoint_cls)
+
+    def get_results(self) -> ResultGrid:
+        """The results of ``fit()``; for a restored Tuner, the search's trials as they are now."""
+        if self._results is not None:
+            return self._results
+        if not self._tune_id:
+            raise RuntimeError("no results yet: call fit() first, or Tuner.restore() a search")
+        client = get_client()
+        return self._grid(client.get_tune(self._tune_id), client)
+
+    # --- restoring -------------------------------------------------------------------
+    @staticmethod
+    def _tune_ref(path: str) -> str:
+        """A tune id or name, from itself or from a path or URI that ends with it."""
+        ref = str(path).rstrip("/").rsplit("/", 1)[-1]
+        if not ref:
+            raise InvalidArgumentError(f"no tune id or name in {path!r}", field="path")
+        return ref
+
+    @classmethod
+    def restore(
+        cls,
+        path: str,
+        trainable: BaseTrainer | None = None,
+        resume_unfinished: bool = True,
+        resume_errored: bool = False,
+        restart_errored: bool = False,
+        param_space: dict[str, Any] | None = None,
+    ) -> Tuner:
+        """A Tuner whose ``fit()`` follows an existing search (by id or name) to its end.
+
+        The search never stopped (it runs in the coordinator): ``trainable`` only sets the
+        class its checkpoints are given as. ``param_space`` and ``resume_unfinished`` are
+        accepted for Ray's signature; failed trials cannot be resumed or restarted.
+        """
+        if resume_errored or restart_errored:
+            raise InvalidArgumentError(
+                "failed trials of a search are not resumed or restarted: start a new search",
+                field="resume_errored" if resume_errored else "restart_errored",
+            )
+        tuner = cls(trainable)
+        tuner._tune_id = cls._tune_ref(path)
+        return tuner
+
+    @classmethod
+    def can_restore(cls, path: str) -> bool:
+        """Whether the coordinator has a search of this id or name."""
+        try:
+            get_client().get_tune(cls._tune_ref(path))
+        except NotFoundError:
+            return False
+        return True
