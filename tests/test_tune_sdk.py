@@ -72,6 +72,8 @@ def test_scaling_config_object_and_dict_with_samplers():
         "use_gpu": True,
         "placement_strategy": "PACK",
     }
+    constants, _ = parse_param_space({"scaling_config": ScalingConfig(num_workers=2)})
+    assert constants["scaling_config"]["min_workers"] == 0
     constants, params = parse_param_space(
         {"scaling_config": {"num_workers": tune.grid_search([1, 2]), "use_gpu": False}}
     )

@@ -53,9 +53,9 @@ def scaling_config_dict(config: Any) -> dict[str, Any]:
         "num_workers": sc.max_workers,
         "use_gpu": sc.use_gpu,
         "placement_strategy": sc.placement_strategy,
+        # 0: a fixed group, so a trainer's elastic bounds do not outlive a fixed num_workers.
+        "min_workers": sc.min_workers if isinstance(sc.num_workers, tuple) else 0,
     }
-    if isinstance(sc.num_workers, tuple):
-        out["min_workers"] = sc.min_workers
     if sc.resources_per_worker is not None:
         out["resources_per_worker"] = dict(sc.resources_per_worker)
     if sc.trainer_resources is not None:

@@ -8,7 +8,7 @@ from trainwire.tune.search.searcher import check_mode
 from trainwire_core.errors import InvalidArgumentError
 from trainwire_core.v1 import tune_pb2
 
-__all__ = ["ASHAScheduler", "AsyncHyperBandScheduler", "FIFOScheduler", "HyperBandScheduler", "TrialScheduler"]
+__all__ = ["ASHAScheduler", "AsyncHyperBandScheduler", "FIFOScheduler", "TrialScheduler"]
 
 
 def _positive(value: object, name: str) -> float:
@@ -93,40 +93,3 @@ class ASHAScheduler(TrialScheduler):
 
 # Ray's other name for ASHA.
 AsyncHyperBandScheduler = ASHAScheduler
-
-
-class HyperBandScheduler(TrialScheduler):
-    """Synchronous HyperBand, as ``ray.tune.schedulers.HyperBandScheduler``.
-
-    Args:
-        time_attr: The reported metric that counts progress.
-        metric: The metric trials are compared on (default: TuneConfig's).
-        mode: "min" or "max" (default: TuneConfig's).
-        max_t: Trials stop at this much progress.
-        reduction_factor: Keeps 1 / reduction_factor of the trials at each halving (> 1).
-        stop_last_trials: Accepted for Ray's signature; trials always stop at ``max_t``.
-    """
-
-    name = "hyperband"
-
-    def __init__(
-        self,
-        time_attr: str = "training_iteration",
-        metric: str | None = None,
-        mode: str | None = None,
-        max_t: int = 81,
-        reduction_factor: float = 3,
-        stop_last_trials: bool = True,
-    ) -> None:
-        super().__init__(metric, mode)
-        self.max_t = _positive(max_t, "max_t")
-        if not _positive(reduction_factor, "reduction_factor") > 1:
-            raise InvalidArgumentError(
-                f"scheduler.reduction_factor must be > 1, got {reduction_factor!r}", field="scheduler.reduction_factor"
-            )
-        self.time_attr, self.reduction_factor = time_attr, float(reduction_factor)
-
-    def to_proto(self) -> tune_pb2.TrialScheduler:
-        msg = super().to_proto()
-        msg.time_attr, msg.max_t, msg.reduction_factor = self.time_attr, self.max_t, self.reduction_factor
-        return msg
