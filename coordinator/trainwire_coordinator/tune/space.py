@@ -15,7 +15,14 @@ from trainwire_core.v1 import tune_pb2
 
 # The keys of param_space a search may set, as Ray merges them into a Trainer.
 ROOTS = ("train_loop_config", "params", "num_boost_round", "scaling_config")
-SCALING_FIELDS = ("num_workers", "use_gpu", "resources_per_worker", "trainer_resources", "placement_strategy")
+SCALING_FIELDS = (
+    "num_workers",
+    "min_workers",
+    "use_gpu",
+    "resources_per_worker",
+    "trainer_resources",
+    "placement_strategy",
+)
 FLOAT_SAMPLERS = ("uniform", "quniform", "loguniform", "qloguniform", "randn", "qrandn")
 INT_SAMPLERS = ("randint", "qrandint", "lograndint", "qlograndint")
 SAMPLERS = ("grid_search", "choice", "sample_from", *FLOAT_SAMPLERS, *INT_SAMPLERS)
@@ -149,8 +156,10 @@ class SearchSpace:
         trainer = request.trainer.WhichOneof("trainer")
         data_parallel, gbdt = trainer == "data_parallel", trainer == "gbdt"
         self.constants = struct_to_dict(request.param_space)
-        for key in self.constants:
-            _check_path((key,), f"param_space.{key}", data_parallel, gbdt)
+        for key, value in self.constants.items():
+            keys = [(key, sub) for sub in value] if key == "scaling_config" and isinstance(value, dict) else [(key,)]
+            for path in keys:
+                _check_path(path, "param_space." + ".".join(path), data_parallel, gbdt)
         self.params = [_check(p, i, data_parallel, gbdt) for i, p in enumerate(request.search_space)]
         seen: set[tuple[str, ...]] = set()
         for param in self.params:

@@ -72,6 +72,8 @@ def _set_scaling(request: coordinator_pb2.FitRequest, values: dict[str, Any]) ->
             scaling.num_workers = _int(value, field)
             if scaling.num_workers < 1:
                 raise InvalidArgumentError(f"{field} must be >= 1", field=field)
+        elif key == "min_workers":  # an elastic group's lower bound (0: a fixed group)
+            scaling.min_workers = _int(value, field)
         elif key == "use_gpu":
             scaling.use_gpu = bool(value)
         elif key == "placement_strategy":
