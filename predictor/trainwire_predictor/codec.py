@@ -25,7 +25,7 @@ def _check_datatype(name: str, arr: np.ndarray, expected: str, field: str) -> No
 def to_batch(arrays: dict[str, np.ndarray], model: LoadedModel) -> dict[str, np.ndarray] | np.ndarray:
     """Matches decoded tensors to the model's inputs; returns what ``Predictor.predict`` takes."""
     columns = model.columns
-    specs = {s.name: s for s in model.inputs}
+    specs = model.input_specs
     if len(arrays) == 1:
         name, arr = next(iter(arrays.items()))
         if not columns or (name not in specs and arr.ndim == 2):

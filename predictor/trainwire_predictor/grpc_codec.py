@@ -10,8 +10,8 @@ from typing import Any
 
 from trainwire_core.errors import InvalidArgumentError
 from trainwire_core.inference import grpc_service_pb2 as pb
-from trainwire_core.inference.codec import CONTENTS_FIELDS, fill_contents, to_raw
-from trainwire_predictor.inference import InferenceRequest, InferenceResponse, InputTensor, datatype_name
+from trainwire_core.inference.codec import CONTENTS_FIELDS, fill_contents
+from trainwire_predictor.inference import InferenceRequest, InferenceResponse, InputTensor, datatype_name, raw_bytes
 
 
 def routing_key_of(parameters: Any) -> str:
@@ -89,7 +89,7 @@ def response_to_proto(response: InferenceResponse, raw: bool) -> pb.ModelInferRe
     for name, arr in response.outputs:
         tensor = message.outputs.add(name=name, datatype=datatype_name(arr.dtype), shape=arr.shape)
         if raw:
-            message.raw_output_contents.append(to_raw(arr))
+            message.raw_output_contents.append(raw_bytes(arr))
         else:
             fill_contents(tensor.contents, arr)
     return message

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import Callable, Iterator
@@ -98,6 +99,11 @@ class LoadedModel:
     @property
     def columns(self) -> list[str] | None:
         return self.predictor.feature_columns
+
+    @functools.cached_property
+    def input_specs(self) -> dict[str, TensorSpec]:
+        """The inputs by name (looked up on every request)."""
+        return {s.name: s for s in self.inputs}
 
     @property
     def platform(self) -> str:
@@ -215,6 +221,9 @@ class ModelRepository:
         self._names: dict[str, tuple[float, str | None]] = {}
         self._indexes: dict[str, tuple[float, dict[str, Any] | None]] = {}
         self._registries: dict[str, tuple[float, dict[str, Any]]] = {}
+        # (name, version) -> (monotonic time until which it holds, (run id, checkpoint id)): what
+        # ``resolve`` answered from cached reads, kept as long as every one of those reads is fresh.
+        self._resolved: dict[tuple[str, str], tuple[float, tuple[str, str]]] = {}
         self._reads: dict[str, asyncio.Task[Any]] = {}
         self.compile_tree_models = compile_tree_models
         self._compiler = compiler
@@ -281,6 +290,67 @@ class ModelRepository:
     async def run_of(self, name: str) -> str | None:
         """The run id a model name means (None: no such run)."""
         return await self._run_id(name) if name else None
+
+    # --- the request path without awaiting --------------------------------------
+    def loaded(self, name: str, version: str = "") -> LoadedModel | None:
+        """The loaded model ``get(name, version)`` would answer now, when fresh cached reads say so.
+
+        Nothing is read and nothing awaited: None means "ask ``get``" (a read is due, the
+        model is not loaded, or resolution would fail and must say why). Within
+        ``index_refresh_s`` of the reads it rests on, the answer is the one ``get`` gives.
+        """
+        now = time.monotonic()
+        hit = self._resolved.get((name, version))
+        if hit is None or now >= hit[0]:
+            hit = self._resolve_fresh(name, version, now)
+            if hit is None:
+                return None
+        model = self._cache.get(hit[1])
+        if model is not None:
+            self._cache.move_to_end(hit[1])
+        return model
+
+    def _resolve_fresh(self, name: str, version: str, now: float) -> tuple[float, tuple[str, str]] | None:
+        """``resolve`` on fresh cached reads only (None where it would read, or fail); remembered."""
+        limit = now - self.index_refresh_s
+        named = self._names.get(name)
+        if named is None or named[0] <= limit or named[1] is None:
+            return None
+        run_id = named[1]
+        indexed = self._indexes.get(run_id)
+        if indexed is None or indexed[0] <= limit or not indexed[1]:
+            return None
+        index = indexed[1]
+        checkpoints = index.get("checkpoints")
+        if not checkpoints:
+            return None
+        stamp = min(named[0], indexed[0])
+        checkpoint = version
+        if not checkpoint:
+            checkpoint = index.get("best") or index.get("latest") or checkpoints[-1]["id"]
+        elif all(c["id"] != checkpoint for c in checkpoints):
+            registry = self._registries.get(run_id)
+            if registry is None or registry[0] <= limit:
+                return None
+            aliased = registry[1].get("aliases", {}).get(checkpoint)
+            if aliased is None or all(c["id"] != str(aliased) for c in checkpoints):
+                return None
+            checkpoint, stamp = str(aliased), min(stamp, registry[0])
+        if len(self._resolved) >= _MAX_CACHED_NAMES:
+            self._resolved.clear()  # callers choose names: keep it bounded
+        hit = self._resolved[(name, version)] = (stamp + self.index_refresh_s, (run_id, checkpoint))
+        return hit
+
+    def fresh_registry(self, name: str) -> tuple[str, dict[str, Any]] | None:
+        """The run id of a model name and its aliases and traffic policy, from fresh cached reads (None: read)."""
+        limit = time.monotonic() - self.index_refresh_s
+        named = self._names.get(name)
+        if named is None or named[0] <= limit or named[1] is None:
+            return None
+        registry = self._registries.get(named[1])
+        if registry is None or registry[0] <= limit:
+            return None
+        return named[1], registry[1]
 
     # --- resolution ------------------------------------------------------------
     async def resolve(self, name: str, version: str = "") -> ModelRef:

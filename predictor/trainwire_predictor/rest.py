@@ -69,6 +69,7 @@ HTTP_STATUS: dict[grpc.StatusCode, int] = {
     grpc.StatusCode.DEADLINE_EXCEEDED: 504,
 }
 
+_HEADER_LENGTH = HEADER_LENGTH.encode()
 _UNAUTHENTICATED = "missing or wrong 'authorization: Bearer <token>' header"
 
 
@@ -211,8 +212,12 @@ class RestFrontEnd:
             ),
         ]
 
-    def app(self) -> Starlette:
-        """The ASGI application: the routes, and errors as ``{"error": ...}``."""
+    def app(self) -> Callable[[Scope, Receive, Send], Awaitable[None]]:
+        """The ASGI application: ``POST .../infer`` straight to its endpoint, the rest through Starlette."""
+        return _InferFirst(self, self.starlette())
+
+    def starlette(self) -> Starlette:
+        """Every route in Starlette, and errors as ``{"error": ...}``."""
 
         async def trainwire_error(request: Request, exc: Exception) -> Response:
             assert isinstance(exc, TrainwireError)
@@ -279,11 +284,17 @@ class RestFrontEnd:
 
     async def infer(self, scope: Scope, receive: Receive, send: Send) -> None:
         """``POST .../infer`` as a plain ASGI app: nearly all the traffic, so no Request and Response objects."""
+        raw_headers, content = await self._infer(scope, receive)
+        await send({"type": "http.response.start", "status": 200, "headers": raw_headers})
+        await send({"type": "http.response.body", "body": content})
+
+    async def _infer(self, scope: Scope, receive: Receive) -> tuple[list[tuple[bytes, bytes]], bytes]:
+        """The headers and body of an ``/infer`` answer (raises the error family)."""
         headers = dict(scope["headers"])
         auth = headers.get(b"authorization")
         self._authorize(auth.decode("latin-1") if auth is not None else None, PREDICT)
         body = await self._receive_body(headers.get(b"content-length"), receive)
-        length = headers.get(HEADER_LENGTH.encode())
+        length = headers.get(_HEADER_LENGTH)
         p = scope["path_params"]
         key = headers.get(b"routing-key")
         infer_request, form = parse_infer_request(
@@ -298,8 +309,7 @@ class RestFrontEnd:
         )
         raw_headers = [(k.encode(), v.encode()) for k, v in content_headers.items()]
         raw_headers.append((b"content-length", str(len(content)).encode()))
-        await send({"type": "http.response.start", "status": 200, "headers": raw_headers})
-        await send({"type": "http.response.body", "body": content})
+        return raw_headers, content
 
     async def stats(self, request: Request) -> Response:
         p = request.path_params
@@ -332,6 +342,55 @@ class RestFrontEnd:
     async def unload(self, request: Request) -> Response:
         await self.dataplane.unload(request.path_params["model"], await self._version_parameter(request))
         return Response(b"", 200)
+
+
+def infer_path_params(path: str) -> dict[str, str] | None:
+    """The path parameters of an ``/infer`` route, as Starlette's router gives them; None: another route."""
+    if not (path.startswith("/v2/models/") and path.endswith("/infer")):
+        return None
+    parts = path[11:-6].split("/")
+    if len(parts) == 1 and parts[0]:
+        return {"model": parts[0]}
+    if len(parts) == 3 and parts[1] == "versions" and parts[0] and parts[2]:
+        return {"model": parts[0], "version": parts[2]}
+    return None
+
+
+class _InferFirst:
+    """Sends ``POST /v2/models/{m}[/versions/{v}]/infer`` to the endpoint itself, the rest to Starlette.
+
+    Inference is nearly all the traffic: this skips Starlette's middleware, exception
+    wrappers and route matching for it, and answers its errors as Starlette's handlers do.
+    """
+
+    def __init__(self, front_end: RestFrontEnd, app: Starlette) -> None:
+        self.front_end = front_end
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST":
+            params = infer_path_params(scope["path"])
+            if params is not None:
+                scope["path_params"] = params
+                await self.infer(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+    async def infer(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            raw_headers, content = await self.front_end._infer(scope, receive)
+        except TrainwireError as exc:
+            response = error_response(exc.message, http_status(exc))
+        except ClientDisconnect:
+            response = Response(b"", 499)  # nobody to answer, nothing to log
+        except Exception as exc:  # noqa: BLE001 - a bug in trainwire: said so, details in the log
+            logger.error("unexpected error in %s %s", scope["method"], scope["path"], exc_info=exc)
+            response = error_response(f"internal error: {type(exc).__name__}: {exc}", 500)
+        else:
+            await send({"type": "http.response.start", "status": 200, "headers": raw_headers})
+            await send({"type": "http.response.body", "body": content})
+            return
+        await response(scope, receive, send)
 
 
 class _EmbeddedServer(uvicorn.Server):

@@ -18,8 +18,7 @@ import numpy as np
 import orjson
 
 from trainwire_core.errors import InvalidArgumentError
-from trainwire_core.inference.codec import to_raw
-from trainwire_predictor.inference import InferenceRequest, InferenceResponse, InputTensor, datatype_name
+from trainwire_predictor.inference import InferenceRequest, InferenceResponse, InputTensor, datatype_name, raw_bytes
 
 HEADER_LENGTH = "inference-header-content-length"
 JSON_TYPE = "application/json"
@@ -165,7 +164,7 @@ def encode_infer_response(response: InferenceResponse, form: OutputForm) -> tupl
     for name, arr in response.outputs:
         tensor: dict[str, Any] = {"name": name, "datatype": datatype_name(arr.dtype), "shape": list(arr.shape)}
         if form.is_binary(name):
-            blob = to_raw(arr)
+            blob = raw_bytes(arr)
             tensor["parameters"] = {"binary_data_size": len(blob)}
             blobs.append(blob)
         else:

@@ -165,7 +165,16 @@ class Router:
         run_id = await self.models.run_of(request.model_name)
         if run_id is None:
             return request, ""  # resolution says NOT_FOUND, naming the model
-        state = await self.models.registry(run_id)
+        return self._apply(request, run_id, await self.models.registry(run_id))
+
+    def route_now(self, request: InferenceRequest) -> tuple[InferenceRequest, str] | None:
+        """``route`` from fresh cached reads, without awaiting; None: await ``route``."""
+        if request.model_version:
+            return request, ""
+        known = self.models.fresh_registry(request.model_name)
+        return None if known is None else self._apply(request, *known)
+
+    def _apply(self, request: InferenceRequest, run_id: str, state: dict[str, Any]) -> tuple[InferenceRequest, str]:
         route = state.get("route")
         if not route:
             return request, ""
