@@ -67,7 +67,36 @@ def run_trainwire(trials: int, rounds: int, data: tuple[Any, Any]) -> tuple[floa
     grid = tuner.fit()
     wall = time.perf_counter() - started
     assert len(grid) == trials and grid.num_errors == 0, grid.errors
+    if trials > 2:
+        print_phases(grid)
     return wall, grid.get_best_result().metrics["valid-logloss"]
+
+
+def print_phases(grid: Any) -> None:
+    """Where a trial's time goes: medians between its run's state changes, from the stored events."""
+    import statistics
+
+    from trainwire import get_client
+    from trainwire_core.v1 import common_pb2
+
+    client = get_client()
+    phases: dict[str, list[float]] = {}
+    for trial in grid.trials:
+        times: dict[str, float] = {}
+        for event in client.watch_run(trial.run_id):
+            at = event.time.ToNanoseconds() / 1e9
+            if event.HasField("state_change"):
+                times.setdefault(common_pb2.RunState.Name(event.state_change.state), at)
+            elif event.HasField("metrics"):
+                times.setdefault("first report", at)
+                times["last report"] = at
+            elif event.HasField("checkpoint"):
+                times["checkpoint"] = at
+        marks = ["PENDING", "STARTING", "RUNNING", "first report", "last report", "checkpoint", "SUCCEEDED"]
+        for a, b in zip(marks, marks[1:], strict=False):
+            if a in times and b in times:
+                phases.setdefault(f"{a} -> {b}", []).append(times[b] - times[a])
+    print("trainwire trial phases (median s):", {k: round(statistics.median(v), 3) for k, v in phases.items()})
 
 
 def _ray_space() -> dict[str, Any]:
@@ -113,7 +142,7 @@ def run_ray_train_trials(trials: int, rounds: int, data: tuple[Any, Any], storag
         ).fit()
         tune.report({"valid-logloss": result.metrics["valid-logloss"]})
 
-    return _ray_tune(trial, trials, storage, resources={"CPU": 0})
+    return _ray_tune(trial, trials, storage, resources={"CPU": 0.01})  # the Train group reserves its own
 
 
 def run_ray_function_trials(trials: int, rounds: int, data: tuple[Any, Any], storage: str) -> tuple[float, float]:
@@ -175,6 +204,7 @@ def main(argv: list[str] | None = None) -> None:
         trainwire.init(store=os.path.join(home, "store"), state=os.path.join(home, "state.db"))
         run_trainwire(2, args.rounds, data)  # warms the worker pool and imports, as a running service has
         rows = [("trainwire Tuner(XGBoostTrainer)", *run_trainwire(args.trials, args.rounds, data))]
+        print("trainwire:", rows[-1], flush=True)
         trainwire.shutdown()
         if not args.skip_ray:
             storage = os.path.join(home, "ray")

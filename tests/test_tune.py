@@ -7,6 +7,8 @@ input; the coordinator-restart case lives in test_tune_restart.py.
 
 from __future__ import annotations
 
+import json
+
 import grpc
 import numpy as np
 import pandas as pd
@@ -208,9 +210,75 @@ def test_a_metric_no_trial_reports_fails_the_search_naming_the_field(client, can
     assert ended.state == common_pb2.FAILED
     assert ended.error_field == "tune_config.metric"
     assert "'valid-auc' is not among the metrics" in ended.state_reason and "valid-logloss" in ended.state_reason
+    with pytest.raises(tune.TuneError) as err:  # the SDK's Tuner.fit says the same
+        Tuner.restore(started.tune_id).fit()
+    assert err.value.field == "tune_config.metric"
 
 
 def test_unknown_search_is_not_found(client):
     with pytest.raises(grpc.RpcError) as err:
         _stub(client).GetTune(tune_pb2.GetTuneRequest(tune_id="no-such-search"))
     assert err.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+def test_optuna_tpe_searches_in_the_coordinator_repeatably(coordinator, cancer_data):
+    from trainwire.tune.search.optuna import OptunaSearch
+
+    def search(name: str):
+        trainer = XGBoostTrainer(
+            params=PARAMS,
+            label_column="target",
+            num_boost_round=8,
+            datasets={"train": cancer_data[0], "valid": cancer_data[1]},
+        )
+        return Tuner(
+            trainer,
+            param_space={"params": {"eta": tune.loguniform(1e-3, 0.5), "max_depth": tune.choice([2, 4, 6])}},
+            tune_config=TuneConfig(
+                metric="valid-logloss",
+                mode="min",
+                num_samples=6,
+                search_alg=tune.search.ConcurrencyLimiter(OptunaSearch(seed=3), max_concurrent=1),
+            ),
+            run_config=RunConfig(name=name, verbose=0),
+        ).fit()
+
+    first, second = search("optuna-a"), search("optuna-b")
+    assert len(first) == 6 and first.num_errors == 0
+    # One trial at a time: TPE sees the same history in the same order, so the seed repeats the search.
+    assert [r.config for r in first] == [r.config for r in second]
+    assert len({r.config["params"]["eta"] for r in first}) == 6
+    assert {r.config["params"]["max_depth"] for r in first} <= {2, 4, 6}
+
+
+def _objective(config, offset=0.0):
+    for step in range(1, 4):
+        tune.report({"score": (config["x"] - 3) ** 2 / step + offset})
+
+
+def test_a_function_trainable_runs_as_in_ray_tune(coordinator):
+    grid = Tuner(
+        tune.with_resources(tune.with_parameters(_objective, offset=1.0), {"cpu": 0.5}),
+        param_space={"x": tune.grid_search([1, 3, 5]), "twice": tune.sample_from(lambda spec: spec.config.x * 2)},
+        tune_config=TuneConfig(metric="score", mode="min"),
+        run_config=RunConfig(name="function-trainable", verbose=0),
+    ).fit()
+    assert len(grid) == 3 and grid.num_errors == 0
+    best = grid.get_best_result()
+    # The function's own config, as Ray shows it; sample_from saw it too (run as a task on the cluster).
+    assert best.config == {"x": 3, "twice": 6}
+    assert best.metrics["score"] == pytest.approx(1.0)
+    df = grid.get_dataframe()
+    assert sorted(df["config/x"]) == [1, 3, 5] and list(df["training_iteration"]) == [3, 3, 3]
+
+
+def test_the_cli_lists_shows_and_watches_a_search(searches, coordinator_address):
+    from tests.test_cli import _cli
+
+    listed = _cli("tunes", "list", address=coordinator_address)
+    assert listed.returncode == 0, listed.stderr
+    assert "cancer-asha" in listed.stdout and "SUCCEEDED" in listed.stdout
+    shown = json.loads(_cli("tunes", "show", "cancer-asha", address=coordinator_address).stdout)
+    assert len(shown["trials"]) == 16 and shown["state"] == "SUCCEEDED"
+    watched = _cli("tunes", "watch", "cancer-fifo", address=coordinator_address)
+    assert watched.returncode == 0 and "SUCCEEDED" in watched.stdout

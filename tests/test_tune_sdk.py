@@ -109,9 +109,25 @@ def test_bad_param_spaces_name_their_field(space, field):
     assert err.value.field == field
 
 
-def test_tuner_rejects_a_function_trainable():
+def test_a_function_trainable_becomes_a_one_worker_loop_whose_config_is_the_param_space():
+    from trainwire import tune
+
+    tuner = Tuner(
+        tune.with_resources(loop, {"cpu": 2, "GPU": 0}),
+        param_space={"lr": tune.uniform(0.1, 1.0), "epochs": 3},
+        tune_config=TuneConfig(search_alg=tune.search.BasicVariantGenerator(points_to_evaluate=[{"lr": 0.5}])),
+    )
+    assert tuner.function_trainable
+    assert tuner.trainable.scaling_config.num_workers == 1
+    assert tuner.trainable.scaling_config.resources_per_worker == {"CPU": 2.0, "GPU": 0.0}
+    assert tuner._constants == {"train_loop_config": {"epochs": 3}}
+    assert [path for path, _ in tuner._params] == [("train_loop_config", "lr")]
+    assert tuner.tune_config.search_alg.points_to_evaluate == [{"train_loop_config": {"lr": 0.5}}]
+
+
+def test_tuner_rejects_what_is_neither_a_trainer_nor_a_function():
     with pytest.raises(InvalidArgumentError) as err:
-        Tuner(loop)
+        Tuner(42)
     assert err.value.field == "trainable"
 
 

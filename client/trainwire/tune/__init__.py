@@ -30,6 +30,7 @@ from trainwire.tune.search.sample import (
     sample_from,
     uniform,
 )
+from trainwire.tune.trainable import get_checkpoint, report, with_parameters, with_resources
 from trainwire.tune.tune_config import TuneConfig
 from trainwire.tune.tuner import Tuner
 
@@ -42,6 +43,7 @@ __all__ = [
     "TuneError",
     "Tuner",
     "choice",
+    "get_checkpoint",
     "grid_search",
     "lograndint",
     "loguniform",
@@ -52,6 +54,9 @@ __all__ = [
     "quniform",
     "randint",
     "randn",
+    "report",
     "sample_from",
     "uniform",
+    "with_parameters",
+    "with_resources",
 ]

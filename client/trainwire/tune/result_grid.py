@@ -75,7 +75,10 @@ class ResultGrid:
 
     def trial_config(self, index: int) -> dict[str, Any]:
         """A trial's whole config: the param space's constants with its sampled values merged in."""
-        return merge_dicts(self._constants, struct_to_dict(self.tune_run.trials[index].config))
+        config = merge_dicts(self._constants, struct_to_dict(self.tune_run.trials[index].config))
+        if self.tune_run.request.function_trainable:  # the function's own config, as Ray shows it
+            return config.get("train_loop_config", {})
+        return config
 
     def __len__(self) -> int:
         return len(self.tune_run.trials)

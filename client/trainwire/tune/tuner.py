@@ -20,6 +20,7 @@ from trainwire.tune.search.optuna import OptunaSearch
 from trainwire.tune.search.sample import Function
 from trainwire.tune.search.searcher import ConcurrencyLimiter
 from trainwire.tune.search.variant_generator import Path, Searched, split_space
+from trainwire.tune.trainable import as_trainer, is_function_trainable
 from trainwire.tune.tune_config import TuneConfig
 from trainwire_core.errors import InvalidArgumentError, NotFoundError, UnavailableError
 from trainwire_core.structs import to_struct
@@ -66,6 +67,19 @@ def scaling_config_dict(config: Any) -> dict[str, Any]:
 def _innermost(search_alg: Any) -> Any:
     while isinstance(search_alg, ConcurrencyLimiter):
         search_alg = search_alg.searcher
+    return search_alg
+
+
+def _nested_search_alg(search_alg: Any) -> Any:
+    """A search algorithm whose space and points are a function trainable's config, keyed as its trainer's."""
+    search_alg = copy.copy(search_alg)
+    if isinstance(search_alg, ConcurrencyLimiter):
+        search_alg.searcher = _nested_search_alg(search_alg.searcher)
+        return search_alg
+    if getattr(search_alg, "space", None):
+        search_alg.space = {"train_loop_config": search_alg.space}
+    if getattr(search_alg, "points_to_evaluate", None):
+        search_alg.points_to_evaluate = [{"train_loop_config": p} for p in search_alg.points_to_evaluate]
     return search_alg
 
 
@@ -177,12 +191,20 @@ class Tuner:
         tune_config: TuneConfig | None = None,
         run_config: RunConfig | None = None,
     ) -> None:
-        if trainable is not None and not isinstance(trainable, BaseTrainer):
-            raise InvalidArgumentError(
-                "Tuner takes a trainwire trainer (TorchTrainer, XGBoostTrainer, DataParallelTrainer, ...), "
-                f"got {type(trainable).__name__}; wrap a training function in DataParallelTrainer",
-                field="trainable",
-            )
+        # A function trainable (Ray Tune's train_fn(config)): param_space is its config.
+        self.function_trainable = trainable is not None and not isinstance(trainable, BaseTrainer)
+        if self.function_trainable:
+            if not is_function_trainable(trainable):
+                raise InvalidArgumentError(
+                    "Tuner takes a trainwire trainer (TorchTrainer, XGBoostTrainer, ...) or a function of config, "
+                    f"got {type(trainable).__name__}",
+                    field="trainable",
+                )
+            trainable = as_trainer(trainable)
+            param_space = {"train_loop_config": param_space} if param_space else None
+            if tune_config is not None and tune_config.search_alg is not None:
+                tune_config = copy.copy(tune_config)
+                tune_config.search_alg = _nested_search_alg(tune_config.search_alg)
         if tune_config is not None and not isinstance(tune_config, TuneConfig):
             raise InvalidArgumentError("tune_config must be a trainwire.tune.TuneConfig", field="tune_config")
         if run_config is not None and not isinstance(run_config, RunConfig):
@@ -217,6 +239,7 @@ class Tuner:
             tune_config=self.tune_config.to_proto(),
             name=trainer.run_config.name or "",
             idempotency_key=uuid.uuid4().hex,
+            function_trainable=self.function_trainable,
         )
 
     # --- running ---------------------------------------------------------------------

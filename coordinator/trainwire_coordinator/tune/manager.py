@@ -22,7 +22,13 @@ from trainwire_coordinator.tune.searchers import Searcher, make_searcher
 from trainwire_coordinator.tune.space import SearchSpace, flatten, nest
 from trainwire_coordinator.tune.trials import add, fits, resolve_sample_from, trial_name, trial_needs, trial_request
 from trainwire_core.auth import SUBMIT_CODE, current_caller
-from trainwire_core.errors import InvalidArgumentError, NotFoundError, ResourceExhaustedError, TrainwireError
+from trainwire_core.errors import (
+    InvalidArgumentError,
+    NotFoundError,
+    PermissionDeniedError,
+    ResourceExhaustedError,
+    TrainwireError,
+)
 from trainwire_core.structs import flatten_metrics, merge_dicts, metrics_to_struct, struct_to_dict, to_struct
 from trainwire_core.v1 import common_pb2, coordinator_pb2, tune_pb2
 
@@ -213,7 +219,8 @@ class TuneDriver:
             return None
         config = nest(values)
         if self.plan.space.derived:
-            config = await asyncio.to_thread(resolve_sample_from, self.plan.space.derived, config)
+            function = self.tune.request.function_trainable
+            config = await asyncio.to_thread(resolve_sample_from, self.plan.space.derived, config, function)
         trial = self.tune.trials.add(index=index, state=common_pb2.PENDING)
         trial.config.CopyFrom(to_struct(config, "search_space"))
         # Recorded before its run is made: a coordinator taking over finds it and makes the same run.
@@ -416,6 +423,15 @@ class TuneDriver:
             self.changed.notify_all()
 
 
+def summary(tune: tune_pb2.TuneRun) -> tune_pb2.TuneRun:
+    """The search without its trainer's request (pickled code, datasets): for lists and watchers."""
+    out = tune_pb2.TuneRun()
+    out.CopyFrom(tune)
+    out.request.ClearField("trainer")
+    out.request.trainer.framework = tune.request.trainer.framework
+    return out
+
+
 def _number(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
@@ -454,6 +470,12 @@ class TuneManager:
         caller = current_caller()
         if _carries_code(request):
             caller.require(SUBMIT_CODE)
+        for i, param in enumerate(request.search_space):
+            if param.domain.sampler == "sample_from" and not self.runs.allow_pickled_code:
+                raise PermissionDeniedError(
+                    "this coordinator does not accept pickled code: sample_from needs it",
+                    field=f"search_space[{i}].domain.pickled_function",
+                )
         plan = await asyncio.to_thread(make_plan, request)
         if request.idempotency_key:
             earlier = await asyncio.to_thread(self.metadata.get_document, KEYS, request.idempotency_key)
@@ -544,7 +566,10 @@ class TuneManager:
             raise InvalidArgumentError("page_token is malformed", field="page_token")
         tunes = sorted(self._all(), key=lambda t: (t.created_at.ToNanoseconds(), t.tune_id), reverse=True)
         size = request.page_size or 100
-        page = [self.drivers[t.tune_id].tune if t.tune_id in self.drivers else t for t in tunes[start : start + size]]
+        page = [
+            summary(self.drivers[t.tune_id].tune if t.tune_id in self.drivers else t)
+            for t in tunes[start : start + size]
+        ]
         token = str(start + size) if start + size < len(tunes) else ""
         return tune_pb2.ListTunesResponse(tunes=page, next_page_token=token)
 
@@ -556,15 +581,14 @@ class TuneManager:
             driver = self.drivers.get(tune_id)
             if driver is None:
                 tune = await asyncio.to_thread(self.get_tune, tune_id)
-                yield tune
+                yield summary(tune)
                 if tune.state not in TUNE_ACTIVE:
                     return
                 await asyncio.sleep(self.runs.events.poll_s)  # another coordinator's search: polled
                 continue
             if driver.version != seen:
                 seen = driver.version
-                snapshot = tune_pb2.TuneRun()
-                snapshot.CopyFrom(driver.tune)
+                snapshot = summary(driver.tune)
                 yield snapshot
                 if snapshot.state not in TUNE_ACTIVE:
                     return

@@ -120,18 +120,25 @@ class _Config(dict):
         return _Config(value) if isinstance(value, dict) else value
 
 
-def _resolve_sample_from(functions: list[tuple[tuple[str, ...], bytes]], config: dict[str, Any]) -> dict[str, Any]:
-    """Calls each sample_from function with ``spec`` (``spec.config``: the config so far), in order."""
+def _resolve_sample_from(
+    functions: list[tuple[tuple[str, ...], bytes]], config: dict[str, Any], function_trainable: bool
+) -> dict[str, Any]:
+    """Calls each sample_from function with ``spec`` (``spec.config``: the config so far), in order.
+
+    A function trainable's functions see its own config (param_space without the
+    ``train_loop_config`` level), as Ray shows it to them.
+    """
     from trainwire_coordinator.tune.space import nest
 
     for path, pickled in functions:
         fn: Callable[[Any], Any] = cloudpickle.loads(pickled)
-        value = fn(types.SimpleNamespace(config=_Config(config)))
+        seen = config.get("train_loop_config", {}) if function_trainable else config
+        value = fn(types.SimpleNamespace(config=_Config(seen)))
         config = nest({path: value}, config)
     return config
 
 
-def resolve_sample_from(params: list[Param], config: dict[str, Any]) -> dict[str, Any]:
+def resolve_sample_from(params: list[Param], config: dict[str, Any], function_trainable: bool) -> dict[str, Any]:
     """Resolves sample_from parameters on the cluster (user code never runs in the coordinator's process).
 
     Blocks: call it off the event loop.
@@ -139,7 +146,7 @@ def resolve_sample_from(params: list[Param], config: dict[str, Any]) -> dict[str
     task = ray.remote(num_cpus=0, max_retries=0)(_resolve_sample_from)
     functions = [(p.path, p.domain.pickled_function) for p in params]
     try:
-        resolved = ray.get(task.remote(functions, config), timeout=120)
+        resolved = ray.get(task.remote(functions, config, function_trainable), timeout=120)
     except ray.exceptions.RayTaskError as exc:
         field = params[0].field + ".domain.pickled_function"
         raise InvalidArgumentError(f"a sample_from function raised: {exc.cause!r}", field=field) from None

@@ -97,20 +97,22 @@ class TuneConfig(_message.Message):
     def __init__(self, metric: _Optional[str] = ..., mode: _Optional[str] = ..., num_samples: _Optional[int] = ..., max_concurrent_trials: _Optional[int] = ..., search_alg: _Optional[_Union[SearchAlgorithm, _Mapping]] = ..., scheduler: _Optional[_Union[TrialScheduler, _Mapping]] = ..., time_budget_s: _Optional[float] = ...) -> None: ...
 
 class TuneRequest(_message.Message):
-    __slots__ = ("trainer", "param_space", "search_space", "tune_config", "name", "idempotency_key")
+    __slots__ = ("trainer", "param_space", "search_space", "tune_config", "name", "idempotency_key", "function_trainable")
     TRAINER_FIELD_NUMBER: _ClassVar[int]
     PARAM_SPACE_FIELD_NUMBER: _ClassVar[int]
     SEARCH_SPACE_FIELD_NUMBER: _ClassVar[int]
     TUNE_CONFIG_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    FUNCTION_TRAINABLE_FIELD_NUMBER: _ClassVar[int]
     trainer: _coordinator_pb2.FitRequest
     param_space: _struct_pb2.Struct
     search_space: _containers.RepeatedCompositeFieldContainer[SearchParam]
     tune_config: TuneConfig
     name: str
     idempotency_key: str
-    def __init__(self, trainer: _Optional[_Union[_coordinator_pb2.FitRequest, _Mapping]] = ..., param_space: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., search_space: _Optional[_Iterable[_Union[SearchParam, _Mapping]]] = ..., tune_config: _Optional[_Union[TuneConfig, _Mapping]] = ..., name: _Optional[str] = ..., idempotency_key: _Optional[str] = ...) -> None: ...
+    function_trainable: bool
+    def __init__(self, trainer: _Optional[_Union[_coordinator_pb2.FitRequest, _Mapping]] = ..., param_space: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., search_space: _Optional[_Iterable[_Union[SearchParam, _Mapping]]] = ..., tune_config: _Optional[_Union[TuneConfig, _Mapping]] = ..., name: _Optional[str] = ..., idempotency_key: _Optional[str] = ..., function_trainable: _Optional[bool] = ...) -> None: ...
 
 class Trial(_message.Message):
     __slots__ = ("index", "run_id", "config", "state", "state_reason", "last_result", "best_metric", "num_reports", "early_stopped")

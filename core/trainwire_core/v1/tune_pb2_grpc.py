@@ -93,7 +93,7 @@ class TunerServicer:
 
     def WatchTune(self, request, context):
         """Streams the search each time it changes (a trial starts, reports or ends); ends once the
-        search has ended.
+        search has ended. Lists and streams leave out request.trainer but its framework.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
