@@ -83,6 +83,11 @@ def dying_loop(config: dict) -> None:
         with tempfile.TemporaryDirectory() as d:
             open(os.path.join(d, "x"), "w").write("1")
             train.report({"step": 1}, checkpoint=Checkpoint.from_directory(d))
+        # A report is a queue put: give it a moment to leave before the process dies (the next
+        # attempt resumes from it); the line below is then the last thing this rank does.
+        import time
+
+        time.sleep(1.0)
         print("before the kill", flush=True)
         os.kill(os.getpid(), signal.SIGKILL)
     train.report({"step": 2})

@@ -341,7 +341,10 @@ class RunController:
                 self.run.attempt += 1
                 signals.next_attempt()
                 self._interrupt.clear()
-                await asyncio.to_thread(self.checkpoints.remove_uncommitted)
+                # After any commit still in flight (a report that came just before the group ended):
+                # its directory is not yet in the index, and would be taken for a failed attempt's.
+                async with self._commit_lock:
+                    await asyncio.to_thread(self.checkpoints.remove_uncommitted)
         except Exception as exc:  # noqa: BLE001 - a controller bug must still end the run
             logger.exception("run %s: controller failed", self.run.run_id)
             self.run.error.CopyFrom(_error_from_exception(-1, self.attempt, exc))
