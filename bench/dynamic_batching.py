@@ -1,10 +1,11 @@
 """Dynamic batching: requests/s of a torch MLP and the Transformers classifier with batching and without.
 
-Two predictor processes serve the same store: one with dynamic batching (torch's
+Three predictor processes serve the same store: one with dynamic batching (torch's
 default: up to 64 rows, 200 µs queue delay, 2 calls at once; Transformers, off by default,
-told to batch 16 texts within 1 ms), one with it off
-(``TRAINWIRE_PREDICTOR_DYNAMIC_BATCHING='{"torch": null}'``, one model call per
-request, as before). The load generator of ``predictor_throughput.py`` (grpc.aio
+told to batch 16 texts within 1 ms), one the same but for a 2 ms queue delay for torch, one
+with it off (``TRAINWIRE_PREDICTOR_DYNAMIC_BATCHING='{"torch": null}'``, one model call per
+request, as before). Each server's statistics then show rows per model call and where a
+request's time went. The load generator of ``predictor_throughput.py`` (grpc.aio
 in its own process, a fixed serialized request) runs at concurrency 8 against
 each in turn, ``--trials`` times; each cell is the median. Both run with
 ``OMP_NUM_THREADS=1``.
@@ -38,8 +39,13 @@ ROWS = 1
 FEATURES = 512
 HIDDEN = 2048
 CONCURRENCY = 8
-ON = json.dumps({"huggingface": {"max_batch_size": 16, "max_queue_delay_us": 1000}})
+TEXT = {"huggingface": {"max_batch_size": 16, "max_queue_delay_us": 1000}}
+ON = json.dumps(TEXT)
+# The same with a longer queue delay for torch: concurrent requests reach the predictor one by
+# one (each through the gRPC server on its one event loop), so 200 µs gathers only some of them.
+LONG_DELAY = json.dumps({"torch": {"max_batch_size": 64, "max_queue_delay_us": 2000, "instances": 2}, **TEXT})
 OFF = json.dumps({"torch": None})
+SERVERS = {"batching": ON, "batching, 2 ms delay": LONG_DELAY, "one call per request": OFF}
 
 
 def commit(store: Any, run: str, checkpoint: Any) -> None:
@@ -94,6 +100,30 @@ def build(workdir: Path, text: bool) -> dict[str, bytes]:
     return requests
 
 
+def where_time_goes(ports: dict[str, int], requests: dict[str, bytes]) -> None:
+    """Each server's statistics over the whole run: rows per model call, and a request's time in the predictor."""
+    from trainwire.predictor_client import PredictorClient
+
+    print("\nover the whole run (warm-up included), per request: queue, model call, the rest in the predictor")
+    for server, port in ports.items():
+        with PredictorClient(f"127.0.0.1:{port}") as client:
+            for stats in client.inference_statistics():
+                if stats["name"] not in requests:
+                    continue
+                n = int(stats["inference_count"])
+                calls = int(stats["execution_count"])
+                s = stats["inference_stats"]
+
+                def us(key: str, s: dict = s, n: int = n) -> float:
+                    return int(s[key].get("ns", 0)) / max(n, 1) / 1e3
+
+                rest = us("success") - us("queue") - us("compute_infer")
+                print(
+                    f"{stats['name']:<6} {server:<21} {n / max(calls, 1):5.2f} rows/call  queue {us('queue'):6.0f} us  "
+                    f"model {us('compute_infer'):6.0f} us  rest {rest:5.0f} us"
+                )
+
+
 def main() -> None:
     """Starts both predictors, runs the interleaved trials and prints the table."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -110,36 +140,34 @@ def main() -> None:
         for model, data in requests.items():
             files[model] = workdir / f"{model}.bin"
             files[model].write_bytes(data)
-        ports = {"batching": pt.free_port(), "one call per request": pt.free_port()}
-        # One OpenMP thread per scoring thread in both: the predictor already scores on several threads,
+        ports = {name: pt.free_port() for name in SERVERS}
+        # One OpenMP thread per scoring thread in all: the predictor already scores on several threads,
         # and torch's own pool on top of them (2 threads each here) makes small calls 5-15x slower.
-        threads = {"OMP_NUM_THREADS": "1"}
-        on = {"TRAINWIRE_PREDICTOR_DYNAMIC_BATCHING": ON, **threads}
-        procs.append(pt.start_predictor(workdir, ports["batching"], "batching", on))
-        env = {"TRAINWIRE_PREDICTOR_DYNAMIC_BATCHING": OFF, **threads}
-        procs.append(pt.start_predictor(workdir, ports["one call per request"], "off", env))
+        for i, (name, policy) in enumerate(SERVERS.items()):
+            env = {"TRAINWIRE_PREDICTOR_DYNAMIC_BATCHING": policy, "OMP_NUM_THREADS": "1"}
+            procs.append(pt.start_predictor(workdir, ports[name], f"predictor-{i}", env))
         for port in ports.values():
             for data in requests.values():
                 pt.wait_ready(port, data)
         cells: dict[tuple[str, str], list[dict]] = {(m, s): [] for m in requests for s in ports}
+        names = list(ports)
         for trial in range(args.trials):
             for model in requests:
-                order = list(ports) if trial % 2 == 0 else list(ports)[::-1]
-                for server in order:
+                for server in names[trial % len(names) :] + names[: trial % len(names)]:
                     r = pt.load_in_subprocess(ports[server], CONCURRENCY, args.seconds, args.warmup_s, files[model])
                     cells[(model, server)].append(r)
                     print(f"trial {trial + 1} {model:<5} {server:<21} {r['rps']:>7.0f} req/s  p50 {r['p50_ms']:.2f} ms")
         print(f"\nconcurrency {CONCURRENCY}, median of {args.trials} interleaved trials, {args.seconds:g} s each")
-        print(f"{'model':<6} {'batching req/s':>15} {'without':>9} {'ratio':>6} {'p50 ms':>7} {'without':>8}")
+        print(f"{'model':<6} {'server':<21} {'req/s':>7} {'ratio':>6} {'p50 ms':>7} {'p99 ms':>7}")
         for model in requests:
-            on = {k: statistics.median(t[k] for t in cells[(model, "batching")]) for k in ("rps", "p50_ms")}
-            off = {
-                k: statistics.median(t[k] for t in cells[(model, "one call per request")]) for k in ("rps", "p50_ms")
-            }
-            print(
-                f"{model:<6} {on['rps']:>15.0f} {off['rps']:>9.0f} {on['rps'] / off['rps']:>6.2f} "
-                f"{on['p50_ms']:>7.2f} {off['p50_ms']:>8.2f}"
-            )
+            off = statistics.median(t["rps"] for t in cells[(model, "one call per request")])
+            for server in names:
+                cell = {k: statistics.median(t[k] for t in cells[(model, server)]) for k in ("rps", "p50_ms", "p99_ms")}
+                print(
+                    f"{model:<6} {server:<21} {cell['rps']:>7.0f} {cell['rps'] / off:>6.2f} "
+                    f"{cell['p50_ms']:>7.2f} {cell['p99_ms']:>7.2f}"
+                )
+        where_time_goes(ports, requests)
     finally:
         for proc in procs:
             proc.terminate()

@@ -31,7 +31,12 @@ throughput; at concurrency 1 >= 0.7x the bare ceiling; p99 <= 0.5x MLServer's at
 concurrency; the scaler model <= 1.2x the plain one's cost; the SDK <= 1.3x the raw request at p50.
 Issue 20: REST >= 3x MLServer's REST at concurrency 8 and 32, its c=32 p99 <= 0.5x MLServer's.
 
-Run: .venv/bin/python bench/predictor_throughput.py [--seconds 3] [--trials 3] [--skip-mlserver] [--json out.json]
+With ``--compare-to REV`` (a git revision), the predictor package as it was at REV
+(``git archive``) serves too, in its own process, as "before" and "before-rest": the same
+cells side by side with the working tree's, so a change's effect is measured under the same load.
+
+Run: .venv/bin/python bench/predictor_throughput.py [--seconds 3] [--trials 3] [--skip-mlserver]
+    [--compare-to REV] [--json out.json]
 """
 
 from __future__ import annotations
@@ -174,6 +179,18 @@ def bare_server(port: int) -> None:
         await server.wait_for_termination()
 
     asyncio.run(main())
+
+
+def checkout_predictor(workdir: Path, rev: str) -> Path:
+    """The predictor package as it was at git revision ``rev``, unpacked under ``workdir``; returns its parent."""
+    root = Path(__file__).resolve().parent.parent
+    target = workdir / f"predictor-{rev}"
+    target.mkdir()
+    archive = subprocess.run(
+        ["git", "-C", str(root), "archive", rev, "predictor/trainwire_predictor"], check=True, capture_output=True
+    ).stdout
+    subprocess.run(["tar", "-x", "-C", str(target)], input=archive, check=True)
+    return target / "predictor"
 
 
 def start_predictor(
@@ -456,7 +473,7 @@ def targets(cells: dict[tuple[str, int], dict[str, float]], sdk: dict | None) ->
         ml_rest = {c: cells[("mlserver-rest", c)] for c in CONCURRENCY}
         for c in (8, 32):
             add(f"c={c:<2} REST throughput, trainwire / MLServer", rest[c]["rps"] / ml_rest[c]["rps"], 3.0, True)
-        add("c=32 REST p99, trainwire / MLServer", rest[32]["p99_ms"] / ml_rest[32]["p99_ms"], 0.5, False)
+            add(f"c={c:<2} REST p99, trainwire / MLServer", rest[c]["p99_ms"] / ml_rest[c]["p99_ms"], 0.5, False)
     for c in CONCURRENCY:
         scaled = cells[("trainwire+scaler", c)]
         # Cost per request: the inverse of throughput, so the same 1.2x bound reads both ways.
@@ -485,6 +502,15 @@ def report(args: argparse.Namespace, cells: dict[tuple[str, int], dict[str, floa
         for name, r in sdk.items():
             figures = f"{r['calls_per_s']:>8.0f} {r['mean_ms']:>8.3f} {r['p50_ms']:>8.3f} {r['p99_ms']:>8.3f}"
             print(f"{labels[name]:<36} {figures}")
+    if ("before", 1) in cells:
+        print(f"\nthe working tree against the predictor at {args.compare_to} (req/s ratio; each to the bare server)")
+        for c in CONCURRENCY:
+            now, then, bare = cells[("trainwire", c)], cells[("before", c)], cells[("bare", c)]
+            rest_now, rest_then = cells[("trainwire-rest", c)], cells[("before-rest", c)]
+            print(
+                f"c={c:<2} gRPC {now['rps'] / then['rps']:.2f}x ({now['rps'] / bare['rps']:.2f} against "
+                f"{then['rps'] / bare['rps']:.2f} of bare)   REST {rest_now['rps'] / rest_then['rps']:.2f}x"
+            )
     rows = targets(cells, sdk)
     print("\ntargets (issues 8 and 20)")
     print(f"{'':<44} {'ratio':>6} {'target':>8}")
@@ -503,6 +529,7 @@ def main() -> None:
     parser.add_argument("--server-warmup-s", type=float, default=5.0, help="unrecorded load on each server first")
     parser.add_argument("--skip-mlserver", action="store_true")
     parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument("--compare-to", metavar="REV", help="also serve the predictor package as of this git revision")
     parser.add_argument("--bare-server", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--load", nargs=5, help=argparse.SUPPRESS)
     parser.add_argument("--rest-load", nargs=5, help=argparse.SUPPRESS)
@@ -542,6 +569,14 @@ def main() -> None:
         servers["trainwire"] = (port, requests[MODEL], "grpc")
         servers["trainwire+scaler"] = (port, requests[SCALED_MODEL], "grpc")
         servers["trainwire-rest"] = (http_port, body_file, "rest")
+        if args.compare_to:
+            # The predictor as it was at REV, first on the path of a process of its own.
+            package = checkout_predictor(workdir, args.compare_to)
+            path = os.pathsep.join(filter(None, [str(package), os.environ.get("PYTHONPATH", "")]))
+            port, http_port = free_port(), free_port()
+            procs.append(start_predictor(workdir, port, "before", {"PYTHONPATH": path}, http_port=http_port))
+            servers["before"] = (port, requests[MODEL], "grpc")
+            servers["before-rest"] = (http_port, body_file, "rest")
         # The same predictor with every model call on its threads (none on the event loop).
         port = free_port()
         procs.append(start_predictor(workdir, port, "trainwire-threads", {"TRAINWIRE_PREDICTOR_INLINE_BUDGET_US": "0"}))

@@ -23,7 +23,7 @@ from trainwire_core.inference import grpc_service_pb2 as pb
 from trainwire_core.inference import grpc_service_pb2_grpc as pb_grpc
 from trainwire_core.inference.codec import DTYPES, from_raw, to_raw
 from trainwire_core.storage import Store
-from trainwire_predictor.rest import http_status
+from trainwire_predictor.rest import http_status, infer_path_params
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -360,3 +360,33 @@ def test_tokens_scopes_and_tls_are_the_grpc_ones(secured):
         ["curl", "-sS", f"http://{server.http_address}/v2/health/live"], capture_output=True, timeout=30
     )
     assert plain.returncode != 0 or b"live" not in plain.stdout
+
+
+def test_inference_paths_are_matched_as_starlettes_router_matches_them():
+    from starlette.routing import Match, Route
+
+    routes = [
+        Route(p, lambda r: None, methods=["POST"])
+        for p in ("/v2/models/{model}/infer", "/v2/models/{model}/versions/{version}/infer")
+    ]
+    paths = [
+        "/v2/models/m/infer",
+        "/v2/models/m/versions/c1/infer",
+        "/v2/models/stats/infer",
+        "/v2/models/infer",
+        "/v2/models//infer",
+        "/v2/models/m/versions//infer",
+        "/v2/models/m/x/c1/infer",
+        "/v2/models/m/infer/",
+        "/v2/models/m/ready",
+        "/v2/models/a b/infer",
+    ]
+    for path in paths:
+        scope = {"type": "http", "path": path, "method": "POST", "root_path": ""}
+        matched = None
+        for route in routes:
+            match, child = route.matches(scope)
+            if match == Match.FULL:
+                matched = child["path_params"]
+                break
+        assert infer_path_params(path) == matched, path

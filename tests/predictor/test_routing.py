@@ -359,3 +359,37 @@ def test_both_protocols_serve_aliases_and_sticky_routes(live_predictor, valid_x)
             # One key, one version, whichever protocol carries it.
             assert len({grpc_infer(key=key) for _ in range(5)} | {rest_infer(key=key) for _ in range(5)}) == 1
         assert {grpc_infer() for _ in range(40)} == {"c1", "c2"}
+
+
+def test_the_request_path_without_reads_follows_moves_and_unloads_as_get_does(registry, model_store):
+    registry.set_alias("m", "production", "v1")
+    dp, pool = make_dataplane(model_store, refresh_s=0.2)
+    repo = dp.models
+
+    async def go():
+        # Nothing read yet: the request path says "ask get" rather than guess.
+        assert repo.loaded("m", "production") is None and dp.router.route_now(request()) is None
+        assert (await dp.infer(request(version="production"), answer))[0] == "v1"
+        served = repo.loaded("m", "production")
+        assert served is not None and served is await repo.get("m", "production")
+        assert served.ref.checkpoint_id == "v1"
+        assert await dp.router.route(request()) == (request(), "")  # reads the run's registry: no policy
+        assert dp.router.route_now(request()) == (request(), "")  # the same from that read, within the interval
+        registry.set_alias("m", "production", "v2")
+        moved = time.monotonic()
+        while (await dp.infer(request(version="production"), answer))[0] != "v2":
+            await asyncio.sleep(0.01)
+        assert time.monotonic() - moved < 0.2 + 0.2  # the refresh interval, and slack for a loaded machine
+        await asyncio.sleep(0.25)
+        assert repo.loaded("m", "production") is None  # its reads are stale: get reads again
+        assert (await dp.infer(request(version="production"), answer))[0] == "v2"
+        assert repo.loaded("m", "production") is not None
+        await repo.unload("m", "v2")
+        assert repo.loaded("m", "production") is None  # unloaded: get loads it again
+        assert (await dp.infer(request(version="production"), answer))[0] == "v2"
+        assert repo.loads[("run-m", "v2")] == 2
+
+    try:
+        asyncio.run(go())
+    finally:
+        pool.shutdown()
