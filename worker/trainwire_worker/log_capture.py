@@ -3,19 +3,94 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
+import select
 import subprocess
 import sys
+import threading
 
 from trainwire_core.run_logs import stream_dir
 from trainwire_core.storage import Store
 
-# Longest wait for the shipper once the loop is done (children holding the pipes open).
+logger = logging.getLogger(__name__)
+
+# Longest wait for the shipper to store a run's last lines.
 SHIPPER_DRAIN_S = 10.0
+# The worker's own stderr (Ray's log file), taken before any run points descriptor 2 elsewhere.
+_WORKER_STDERR = os.dup(2)
+
+
+class Shipper:
+    """This worker process's log shipper (``log_shipper.serve``), and the pipes to it."""
+
+    def __init__(self) -> None:
+        out_r, self.out_w = os.pipe()
+        err_r, self.err_w = os.pipe()
+        control_r, self.control_w = os.pipe()
+        self.ack_r, ack_w = os.pipe()
+        fds = (out_r, err_r, control_r, ack_w)
+        # A session of its own: it outlives this process, to ship what a crash left in the pipes.
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "trainwire_worker.log_shipper", *map(str, fds)],
+            pass_fds=fds,
+            stdin=subprocess.DEVNULL,
+            # Not descriptors 1 and 2: during a run they are that run's capture.
+            stdout=subprocess.DEVNULL,
+            stderr=_WORKER_STDERR,
+            start_new_session=True,
+        )
+        for fd in fds:
+            os.close(fd)
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def begin(self, spec: dict) -> None:
+        os.write(self.control_w, b"BEGIN " + json.dumps(spec).encode() + b"\n")
+
+    def end(self, timeout_s: float) -> bool:
+        """Marks the run's end and waits until its lines are stored; False if the shipper did not answer."""
+        try:
+            os.write(self.control_w, b"END\n")
+        except BrokenPipeError:
+            return False
+        ready, _, _ = select.select([self.ack_r], [], [], timeout_s)
+        return bool(ready) and os.read(self.ack_r, 1) == b"k"
+
+    def close(self) -> None:
+        for fd in (self.out_w, self.err_w, self.control_w, self.ack_r):
+            os.close(fd)
+        if self.alive():
+            self.proc.terminate()
+
+
+_shipper: Shipper | None = None
+_shipper_lock = threading.Lock()
+
+
+def worker_shipper() -> Shipper:
+    """The worker's shipper, started once (again if it died)."""
+    global _shipper
+    with _shipper_lock:
+        if _shipper is not None and not _shipper.alive():
+            _shipper.close()
+            _shipper = None
+        if _shipper is None:
+            _shipper = Shipper()
+        return _shipper
+
+
+def _discard(shipper: Shipper) -> None:
+    global _shipper
+    with _shipper_lock:
+        if _shipper is shipper:
+            _shipper = None
+    shipper.close()
 
 
 class LogCapture:
-    """Points descriptors 1 and 2 at a shipper process for one rank's attempt, then back.
+    """Points descriptors 1 and 2 at the worker's shipper for one rank's attempt, then back.
 
     Args:
         store: The run's store (the shipper writes there).
@@ -31,29 +106,17 @@ class LogCapture:
             "directory": stream_dir(store.run_dir(run_id), rank, attempt),
             "max_bytes": max_bytes,
         }
-        self.proc: subprocess.Popen | None = None
+        self.shipper: Shipper | None = None
         self.saved: tuple[int, int] | None = None
 
     def __enter__(self) -> LogCapture:
         sys.stdout.flush()
         sys.stderr.flush()
-        out_r, out_w = os.pipe()
-        err_r, err_w = os.pipe()
+        self.shipper = worker_shipper()
+        self.shipper.begin(self.spec)
         self.saved = (os.dup(1), os.dup(2))
-        spec = {**self.spec, "stdout_fd": out_r, "stderr_fd": err_r}
-        # A session of its own: it outlives this process, to ship what a crash left in the pipes.
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "trainwire_worker.log_shipper", json.dumps(spec)],
-            pass_fds=(out_r, err_r),
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-        os.close(out_r)
-        os.close(err_r)
-        os.dup2(out_w, 1)
-        os.dup2(err_w, 2)
-        os.close(out_w)
-        os.close(err_w)
+        os.dup2(self.shipper.out_w, 1)
+        os.dup2(self.shipper.err_w, 2)
         self._buffering = (sys.stdout.line_buffering, sys.stderr.line_buffering)
         # One write per line: what was printed is in the pipe if the process dies next.
         sys.stdout.reconfigure(line_buffering=True)
@@ -61,7 +124,7 @@ class LogCapture:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        assert self.saved is not None and self.proc is not None
+        assert self.saved is not None and self.shipper is not None
         try:
             sys.stdout.flush()
             sys.stderr.flush()
@@ -72,9 +135,11 @@ class LogCapture:
             os.close(self.saved[1])
             sys.stdout.reconfigure(line_buffering=self._buffering[0])
             sys.stderr.reconfigure(line_buffering=self._buffering[1])
-        try:
-            self.proc.wait(SHIPPER_DRAIN_S)
-        except subprocess.TimeoutExpired:
-            # Processes the loop started still hold the pipes: ship what is there and stop.
-            self.proc.terminate()
-            self.proc.wait(SHIPPER_DRAIN_S)
+        if not self.shipper.end(SHIPPER_DRAIN_S):
+            logger.warning("the log shipper did not store the run's last lines within %g s", SHIPPER_DRAIN_S)
+            _discard(self.shipper)  # the next run starts a new one
+
+
+def start_shipper() -> None:
+    """Starts the worker's shipper ahead of its first run."""
+    worker_shipper()

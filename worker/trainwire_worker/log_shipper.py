@@ -8,7 +8,14 @@ file ends the stream. The lines are not copied to Ray's worker log files: Ray's 
 would read each again and send it to the coordinator's console, which costs the training
 loop's host CPU for output nobody reads there.
 
-Run as ``python -m trainwire_worker.log_shipper SPEC_JSON``.
+A worker keeps one shipper for its lifetime (``serve``): starting an interpreter that
+imports pyarrow, and tearing it down, took a few hundred milliseconds of every short run.
+Lines on a control pipe mark each run: ``BEGIN <spec JSON>`` opens its stream, ``END``
+drains the pipes into it, writes ``done`` and acknowledges on the ack pipe. A worker that
+dies closes the control pipe: what is left in the pipes is shipped to the open run, and the
+shipper exits.
+
+Run as ``python -m trainwire_worker.log_shipper STDOUT_FD STDERR_FD CONTROL_FD ACK_FD``.
 """
 
 from __future__ import annotations
@@ -16,7 +23,6 @@ from __future__ import annotations
 import json
 import os
 import selectors
-import signal
 import sys
 import time
 
@@ -64,55 +70,102 @@ class ChunkWriter:
         self.store.write_json(f"{self.directory}/{DONE_NAME}", {"chunks": self.seq})
 
 
-def ship(spec: dict) -> None:
-    store = Store(spec["store_uri"])
-    writer = ChunkWriter(store, spec["directory"], int(spec["max_bytes"]))
-    streams = {spec["stdout_fd"]: "stdout", spec["stderr_fd"]: "stderr"}
-    partial = {fd: b"" for fd in streams}
-    selector = selectors.DefaultSelector()
-    for fd in streams:
-        selector.register(fd, selectors.EVENT_READ)
-    stopping = False
+class Segments:
+    """The runs of one worker process on its two pipes, one open at a time."""
 
-    def stop(*_: object) -> None:
-        nonlocal stopping
-        stopping = True
+    def __init__(self, stdout_fd: int, stderr_fd: int) -> None:
+        self.streams = {stdout_fd: "stdout", stderr_fd: "stderr"}
+        self.partial = {fd: b"" for fd in self.streams}
+        self.writer: ChunkWriter | None = None
+        self.stores: dict[str, Store] = {}
 
-    signal.signal(signal.SIGTERM, stop)
+    def begin(self, spec: dict) -> None:
+        if self.writer is not None:
+            self.end()
+        uri = spec["store_uri"]
+        store = self.stores.get(uri) or self.stores.setdefault(uri, Store(uri))
+        self.writer = ChunkWriter(store, spec["directory"], int(spec["max_bytes"]))
 
-    def take(fd: int, data: bytes, now: float) -> None:
-        buf = partial[fd] + data
-        *lines, partial[fd] = buf.split(b"\n")
+    def take(self, fd: int, data: bytes, now: float) -> None:
+        buf = self.partial[fd] + data
+        *lines, self.partial[fd] = buf.split(b"\n")
+        if self.writer is None:  # nothing is printed between runs; a stray line has no run to go to
+            return
         for line in lines:
             text = line.decode("utf-8", errors="replace").rstrip("\r")
             for start in range(0, max(len(text), 1), MAX_LINE_CHARS):
-                writer.add(now, streams[fd], text[start : start + MAX_LINE_CHARS])
-        if len(partial[fd]) > 4 * MAX_LINE_CHARS:  # a line with no end: keep it bounded
-            writer.add(now, streams[fd], partial[fd].decode("utf-8", errors="replace"))
-            partial[fd] = b""
+                self.writer.add(now, self.streams[fd], text[start : start + MAX_LINE_CHARS])
+        if len(self.partial[fd]) > 4 * MAX_LINE_CHARS:  # a line with no end: keep it bounded
+            self.writer.add(now, self.streams[fd], self.partial[fd].decode("utf-8", errors="replace"))
+            self.partial[fd] = b""
 
+    def drain(self, fd: int) -> bool:
+        """Reads what the pipe holds now; False at end of file."""
+        while True:
+            try:
+                data = os.read(fd, _READ)
+            except BlockingIOError:
+                return True
+            if not data:
+                return False
+            self.take(fd, data, time.time())
+
+    def end(self) -> None:
+        now = time.time()
+        for fd, rest in self.partial.items():
+            if rest and self.writer is not None:
+                self.writer.add(now, self.streams[fd], rest.decode("utf-8", errors="replace"))
+            self.partial[fd] = b""
+        if self.writer is not None:
+            self.writer.done()
+            self.writer = None
+
+
+def serve(stdout_fd: int, stderr_fd: int, control_fd: int, ack_fd: int) -> None:
+    """Ships every run of one worker process, as the control pipe marks them (see the module's doc)."""
+    segments = Segments(stdout_fd, stderr_fd)
+    for fd in (stdout_fd, stderr_fd):
+        os.set_blocking(fd, False)
+    selector = selectors.DefaultSelector()
+    for fd in (control_fd, stdout_fd, stderr_fd):
+        selector.register(fd, selectors.EVENT_READ)
+    commands = b""
+    worker_gone = False
     last_flush = time.monotonic()
     while selector.get_map():
-        timeout = 0 if stopping else max(0.0, FLUSH_S - (time.monotonic() - last_flush))
-        events = selector.select(timeout)
-        now = time.time()
-        for key, _ in events:
-            data = os.read(key.fd, _READ)
-            if data:
-                take(key.fd, data, now)
-            else:
-                selector.unregister(key.fd)
-        if stopping and not events:
-            break  # asked to stop, and nothing more is waiting
-        if writer.size >= FLUSH_BYTES or time.monotonic() - last_flush >= FLUSH_S:
-            writer.flush()
+        events = selector.select(max(0.0, FLUSH_S - (time.monotonic() - last_flush)))
+        ready = {key.fd for key, _ in events}
+        if control_fd in ready:  # before the data: a run's BEGIN was written before its first line
+            data = os.read(control_fd, _READ)
+            if not data:
+                selector.unregister(control_fd)
+                worker_gone = True
+            commands += data
+            while b"\n" in commands:
+                line, commands = commands.split(b"\n", 1)
+                if line.startswith(b"BEGIN "):
+                    segments.begin(json.loads(line[6:]))
+                elif line == b"END":
+                    # Everything the run wrote is in the pipes by now: it wrote END after its last line.
+                    for fd in (stdout_fd, stderr_fd):
+                        if fd in selector.get_map() and not segments.drain(fd):
+                            selector.unregister(fd)
+                    segments.end()
+                    os.write(ack_fd, b"k")
+        for fd in ready & {stdout_fd, stderr_fd}:
+            if fd in selector.get_map() and not segments.drain(fd):
+                selector.unregister(fd)
+        if worker_gone and not (selector.get_map().keys() & {stdout_fd, stderr_fd}):
+            break  # the worker died and its pipes have ended: the open run gets what was left
+        if segments.writer is not None and (
+            segments.writer.size >= FLUSH_BYTES or time.monotonic() - last_flush >= FLUSH_S
+        ):
+            segments.writer.flush()
             last_flush = time.monotonic()
-    now = time.time()
-    for fd, rest in partial.items():
-        if rest:
-            writer.add(now, streams[fd], rest.decode("utf-8", errors="replace"))
-    writer.done()
+        elif segments.writer is None:
+            last_flush = time.monotonic()
+    segments.end()
 
 
 if __name__ == "__main__":
-    ship(json.loads(sys.argv[1]))
+    serve(*(int(fd) for fd in sys.argv[1:5]))

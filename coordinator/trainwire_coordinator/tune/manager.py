@@ -129,11 +129,12 @@ class TuneDriver:
                 self.tune.state = common_pb2.RUNNING
                 await self.save()
             while not self.cancel_reason and self.tune.state in TUNE_ACTIVE:
+                # Cleared before the work, not after: a trial that ends meanwhile wakes the next wait.
+                self.wake.clear()
                 await self._over_budget()
                 await self._fill()
                 if self.exhausted and not self._active():
                     break
-                self.wake.clear()
                 try:
                     await asyncio.wait_for(self.wake.wait(), 1.0)
                 except TimeoutError:
