@@ -326,8 +326,26 @@ class Batcher:
         if inline and self._inline(model, rows):
             self._settle(key, model, items, self._score_timed(model, items, rows))
             return
-        task = asyncio.get_running_loop().run_in_executor(self.executor, self._score_timed, model, items, rows)
-        task.add_done_callback(lambda done: self._finished(key, model, items, done))
+        # One hop each way: the thread hands its results straight to the loop (run_in_executor's
+        # futures would take two more loop turns before the callers' futures are set).
+        loop = asyncio.get_running_loop()
+        try:
+            self.executor.submit(self._score_and_settle, loop, key, model, items, rows)
+        except RuntimeError as exc:  # the executor is shut down
+            self._settle(key, model, items, [exc] * len(items))
+
+    def _score_and_settle(
+        self, loop: asyncio.AbstractEventLoop, key: Any, model: LoadedModel, items: list[_Item], rows: int
+    ) -> None:
+        """On a worker thread: scores the items, then settles them on the loop."""
+        try:
+            results = self._score_timed(model, items, rows)
+        except BaseException as exc:  # noqa: BLE001 - answered to every caller of the call
+            results = [exc] * len(items)
+        try:
+            loop.call_soon_threadsafe(self._settle, key, model, items, results)
+        except RuntimeError:
+            pass  # the loop is closed: nobody is waiting any more
 
     def _score_timed(self, model: LoadedModel, items: list[_Item], rows: int) -> list[Any]:
         """Scores the items and updates the model's measured cost per row."""
@@ -336,10 +354,6 @@ class Batcher:
         per_row = (now_ns() - started) / max(rows, 1)
         model.ns_per_row = per_row if model.ns_per_row is None else 0.8 * model.ns_per_row + 0.2 * per_row
         return results
-
-    def _finished(self, key: Any, model: LoadedModel, items: list[_Item], done: asyncio.Future) -> None:
-        exc = done.exception() if not done.cancelled() else asyncio.CancelledError()
-        self._settle(key, model, items, done.result() if exc is None else [exc] * len(items))
 
     def _settle(self, key: Any, model: LoadedModel, items: list[_Item], results: list[Any]) -> None:
         self._done_one(key)
