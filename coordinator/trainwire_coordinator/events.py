@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from trainwire_coordinator.metadata import MetadataStore
+from trainwire_coordinator.run_state import TERMINAL
 from trainwire_core.v1 import coordinator_pb2
 
 # Events per WatchRunBatched message: a 100,000-report history in 20 messages.
@@ -29,6 +30,7 @@ class EventLog:
         self.poll_s = poll_s
         self.writes = writes or ThreadPoolExecutor(1, thread_name_prefix="trainwire-metadata")
         self._conditions: dict[str, asyncio.Condition] = defaultdict(asyncio.Condition)
+        self._ended: dict[str, asyncio.Event] = defaultdict(asyncio.Event)
         # Called with each event once it is stored (searches act on their trials' reports as they come).
         self.observers: list[Callable[[coordinator_pb2.RunEvent], None]] = []
 
@@ -40,13 +42,20 @@ class EventLog:
         cond = self._conditions[event.run_id]
         async with cond:
             cond.notify_all()
+        if event.HasField("state_change") and event.state_change.state in TERMINAL:
+            self._ended[event.run_id].set()
         for observe in self.observers:
             observe(event)
         return event_id
 
+    def ended(self, run_id: str) -> asyncio.Event:
+        """Set once a run this coordinator runs has ended (a log follower need not wait for its next look)."""
+        return self._ended[run_id]
+
     def forget(self, run_id: str) -> None:
         """Drops a finished run's wake-up condition; its watchers end on their next poll."""
         self._conditions.pop(run_id, None)
+        self._ended.pop(run_id, None)
 
     async def watch(
         self, run_id: str, after_event_id: int, has_ended: Callable[[], bool], live: bool = True

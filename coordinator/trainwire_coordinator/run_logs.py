@@ -8,6 +8,7 @@ restarted coordinator neither repeats nor skips a line.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import AsyncIterator, Callable
 
@@ -123,9 +124,17 @@ BATCH_LINES = 1000
 
 
 async def watch_logs(
-    reader: LogReader, follow: bool, has_ended: Callable[[], bool], poll_s: float = 0.3
+    reader: LogReader,
+    follow: bool,
+    has_ended: Callable[[], bool],
+    poll_s: float = 0.3,
+    run_ended: asyncio.Event | None = None,
 ) -> AsyncIterator[coordinator_pb2.LogLines]:
-    """Streams what the reader finds; with ``follow``, until the run has ended and its streams are done."""
+    """Streams what the reader finds; with ``follow``, until the run has ended and its streams are done.
+
+    ``run_ended``, set when the run ends, cuts the wait for the next look short: a ``fit()``
+    that prints the workers' lines returns as soon as the last ones are read.
+    """
     ended_at: float | None = None
     loop = asyncio.get_running_loop()
     while True:
@@ -140,4 +149,9 @@ async def watch_logs(
             ended_at = ended_at or loop.time()
             if loop.time() - ended_at > END_GRACE_S:
                 return  # a shipper that never finished (its host went away)
-        await asyncio.sleep(poll_s)
+            await asyncio.sleep(poll_s)
+        elif run_ended is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(run_ended.wait(), poll_s)
+        else:
+            await asyncio.sleep(poll_s)

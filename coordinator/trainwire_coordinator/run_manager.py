@@ -475,7 +475,8 @@ class RunManager:
         def has_ended() -> bool:
             return self.get_run(run.run_id).state in TERMINAL
 
-        async for batch in watch_logs(reader, request.follow, has_ended):
+        run_ended = self.events.ended(run.run_id) if run.run_id in self.controllers else None
+        async for batch in watch_logs(reader, request.follow, has_ended, run_ended=run_ended):
             yield batch
 
     async def cancel(self, run_id: str, reason: str = "") -> coordinator_pb2.Run:
