@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import itertools
 import sys
 import time
 import uuid
@@ -23,6 +24,7 @@ from trainwire.tune.search.variant_generator import Path, Searched, split_space
 from trainwire.tune.trainable import as_trainer, is_function_trainable
 from trainwire.tune.tune_config import TuneConfig
 from trainwire_core.errors import InvalidArgumentError, NotFoundError, UnavailableError
+from trainwire_core.search_space import SCALING_FIELDS
 from trainwire_core.structs import to_struct
 from trainwire_core.v1 import common_pb2, tune_pb2
 
@@ -33,15 +35,6 @@ SEARCHABLE = {
     "num_boost_round": "num_boost_round",
     "scaling_config": None,
 }
-# The ScalingConfig fields a param_space may set (min_workers: an elastic run's lower bound).
-SCALING_KEYS = (
-    "num_workers",
-    "min_workers",
-    "use_gpu",
-    "resources_per_worker",
-    "trainer_resources",
-    "placement_strategy",
-)
 # How long a Tune call is retried while the coordinator is unreachable (the idempotency key
 # makes a retry return the search the first call started).
 START_RETRY_S = 60.0
@@ -124,9 +117,9 @@ def parse_param_space(
                     field="param_space.scaling_config",
                 ) from None
         for key in scaling:
-            if key not in SCALING_KEYS:
+            if key not in SCALING_FIELDS:
                 raise InvalidArgumentError(
-                    f"param_space.scaling_config has no field {key!r} (fields: {', '.join(SCALING_KEYS)})",
+                    f"param_space.scaling_config has no field {key!r} (fields: {', '.join(SCALING_FIELDS)})",
                     field=f"param_space.scaling_config.{key}",
                 )
     constants, params = split_space(space)
@@ -280,13 +273,8 @@ class Tuner:
     def _follow(client: CoordinatorClient, tune: tune_pb2.TuneRun, verbose: bool) -> tune_pb2.TuneRun:
         previous = None
         try:
-            if verbose:
-                for line in describe_changes(None, tune):
-                    print(line, flush=True)
-            previous = tune
-            if tune.state in TERMINAL_STATES:
-                return tune
-            for snapshot in client.watch_tune(tune.tune_id):
+            later = client.watch_tune(tune.tune_id) if tune.state not in TERMINAL_STATES else iter(())
+            for snapshot in itertools.chain([tune], later):
                 if verbose:
                     for line in describe_changes(previous, snapshot):
                         print(line, flush=True)

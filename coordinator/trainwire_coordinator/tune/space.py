@@ -10,19 +10,10 @@ from typing import Any
 import numpy as np
 
 from trainwire_core.errors import InvalidArgumentError
+from trainwire_core.search_space import ROOTS, SCALING_FIELDS
 from trainwire_core.structs import struct_to_dict
 from trainwire_core.v1 import tune_pb2
 
-# The keys of param_space a search may set, as Ray merges them into a Trainer.
-ROOTS = ("train_loop_config", "params", "num_boost_round", "scaling_config")
-SCALING_FIELDS = (
-    "num_workers",
-    "min_workers",
-    "use_gpu",
-    "resources_per_worker",
-    "trainer_resources",
-    "placement_strategy",
-)
 FLOAT_SAMPLERS = ("uniform", "quniform", "loguniform", "qloguniform", "randn", "qrandn")
 INT_SAMPLERS = ("randint", "qrandint", "lograndint", "qlograndint")
 SAMPLERS = ("grid_search", "choice", "sample_from", *FLOAT_SAMPLERS, *INT_SAMPLERS)
