@@ -180,6 +180,11 @@ def describe(predictor: Predictor) -> tuple[list[TensorSpec], list[TensorSpec]]:
     return inputs, outputs
 
 
+def default_version(index: dict[str, Any]) -> str:
+    """The version an empty ``model_version`` means: the best checkpoint, else the latest."""
+    return index.get("best") or index.get("latest") or index["checkpoints"][-1]["id"]
+
+
 class ModelRepository:
     """Name/version resolution through the committed index, and the loaded-model cache.
 
@@ -325,10 +330,8 @@ class ModelRepository:
         if not checkpoints:
             return None
         stamp = min(named[0], indexed[0])
-        checkpoint = version
-        if not checkpoint:
-            checkpoint = index.get("best") or index.get("latest") or checkpoints[-1]["id"]
-        elif all(c["id"] != checkpoint for c in checkpoints):
+        checkpoint = version or default_version(index)
+        if all(c["id"] != checkpoint for c in checkpoints):
             registry = self._registries.get(run_id)
             if registry is None or registry[0] <= limit:
                 return None
@@ -373,7 +376,7 @@ class ModelRepository:
             )
         ids = [c["id"] for c in index["checkpoints"]]
         if not version:
-            version = index.get("best") or index.get("latest") or ids[-1]
+            version = default_version(index)
         elif version not in ids:
             aliased = (await self.registry(run_id)).get("aliases", {}).get(version)
             if aliased is None:

@@ -116,6 +116,7 @@ class TuneDriver:
         self.changed = asyncio.Condition()
         self.version = 0
         self.stops: dict[int, Stop] = {}
+        self.by_run: dict[str, tune_pb2.Trial] = {t.run_id: t for t in tune.trials if t.run_id}
         self.needs: dict[int, dict[str, float]] = {}
         self.exhausted = False
         self.cancel_reason = ""
@@ -189,7 +190,8 @@ class TuneDriver:
             for other in active:
                 if other.run_id:
                     add(used, self.needs.get(other.index, {}))
-            total, _ = await asyncio.to_thread(cluster_view)
+            # Alone, a trial is checked against the cluster by its own Fit: Ray is asked once.
+            total = (await asyncio.to_thread(cluster_view))[0] if used else {}
             if used and not fits(need, used, total):
                 reason = (
                     f"waiting for resources: the trial needs {_resources(need)}; running trials hold "
@@ -244,6 +246,7 @@ class TuneDriver:
             await self.save()
             return
         trial.run_id = run.run_id
+        self.by_run[run.run_id] = trial
         self.manager.by_run[run.run_id] = self
         # Its first events may have come before the driver knew the run: take its state as it is now.
         run = self.runs.get_run(run.run_id)
@@ -294,11 +297,8 @@ class TuneDriver:
         self.wake.set()
 
     # --- trials' events ------------------------------------------------------------------
-    def trial_of(self, run_id: str) -> tune_pb2.Trial | None:
-        return next((t for t in self.tune.trials if t.run_id == run_id), None)
-
     def on_event(self, event: coordinator_pb2.RunEvent) -> None:
-        trial = self.trial_of(event.run_id)
+        trial = self.by_run.get(event.run_id)
         if trial is None:
             return
         kind = event.WhichOneof("kind")
@@ -319,7 +319,6 @@ class TuneDriver:
         """Records a trial's report and asks the scheduler about it (``act``: stop the trial if it says so)."""
         metrics = flatten_metrics(struct_to_dict(event.metrics))
         metrics.setdefault("training_iteration", event.report_index)  # as Ray Tune counts results
-        trial.last_result.Clear()
         trial.last_result.CopyFrom(metrics_to_struct(metrics))
         trial.num_reports += 1
         metric, value = self.plan.metric, None
@@ -368,10 +367,18 @@ class TuneDriver:
             trial.early_stopped = stop.early
             if not stop.early:  # stopped at max_t: it ran as far as it was meant to
                 trial.state = common_pb2.SUCCEEDED
-        value = _number(struct_to_dict(trial.last_result).get(self.plan.metric)) if self.plan.metric else None
-        values = flatten(struct_to_dict(trial.config))
-        self.plan.searcher.on_complete(trial.index, values, value if trial.state != common_pb2.FAILED else None)
+        self.tell_searcher(trial)
         self._update_best()
+
+    def last_value(self, trial: tune_pb2.Trial) -> float | None:
+        """The search metric in the trial's last result (None: none, or not a finite number)."""
+        field = trial.last_result.fields.get(self.plan.metric) if self.plan.metric else None
+        return _number(field.number_value) if field is not None and field.HasField("number_value") else None
+
+    def tell_searcher(self, trial: tune_pb2.Trial) -> None:
+        """Tells the search algorithm how an ended trial did (a failed one: no value)."""
+        value = self.last_value(trial) if trial.state != common_pb2.FAILED else None
+        self.plan.searcher.on_complete(trial.index, flatten(struct_to_dict(trial.config)), value)
 
     def _update_best(self) -> None:
         """The best trial by its last result, as ResultGrid.get_best_result's default scope."""
@@ -379,7 +386,7 @@ class TuneDriver:
             return
         best, best_value = -1, None
         for trial in self.tune.trials:
-            value = _number(struct_to_dict(trial.last_result).get(self.plan.metric))
+            value = self.last_value(trial)
             if value is None:
                 continue
             if best_value is None or (value > best_value if self.plan.mode == "max" else value < best_value):
@@ -477,7 +484,6 @@ class TuneManager:
                     "this coordinator does not accept pickled code: sample_from needs it",
                     field=f"search_space[{i}].domain.pickled_function",
                 )
-        plan = await asyncio.to_thread(make_plan, request)
         if request.idempotency_key:
             earlier = await asyncio.to_thread(self.metadata.get_document, KEYS, request.idempotency_key)
             if earlier is not None:
@@ -487,7 +493,7 @@ class TuneManager:
         if not request.tune_config.search_alg.HasField("seed"):
             # Chosen once and kept: a coordinator that takes the search over draws the same trials.
             request.tune_config.search_alg.seed = random.getrandbits(62)
-            plan = await asyncio.to_thread(make_plan, request)
+        plan = await asyncio.to_thread(make_plan, request)
         await self._check_first_trial(request)
         name = request.name or f"{request.trainer.framework}-tune-{tune_id[:8]}"
         tune = tune_pb2.TuneRun(
@@ -650,13 +656,10 @@ class TuneManager:
                     driver.on_result(trial, event.metrics, act=False)
         if trial.num_reports < reports:
             logger.warning("trial %d of search %s has fewer reports than recorded", trial.index, driver.tune.tune_id)
-        run = await asyncio.to_thread(self.runs.get_run, trial.run_id)
-        if trial.state in TERMINAL:
-            value = _number(struct_to_dict(trial.last_result).get(driver.plan.metric)) if driver.plan.metric else None
-            driver.plan.searcher.on_complete(
-                trial.index, flatten(struct_to_dict(trial.config)), value if trial.state != common_pb2.FAILED else None
-            )
+        if trial.state in TERMINAL:  # recorded as ended (an ASHA stop included): as it was
+            driver.tell_searcher(trial)
             return
+        run = await asyncio.to_thread(self.runs.get_run, trial.run_id)
         trial.state, trial.state_reason = run.state, run.state_reason
         if run.state in TERMINAL:
             driver._trial_ended(trial)
