@@ -19,7 +19,7 @@ from trainwire_core.v1 import common_pb2, coordinator_pb2, worker_reports_pb2
 from trainwire_core.worker_runtime import WorkerRun
 from trainwire_worker.artifacts import ArtifactSyncer
 from trainwire_worker.backends import get_backend
-from trainwire_worker.log_capture import LogCapture, start_shipper
+from trainwire_worker.log_capture import LogCapture, worker_shipper
 from trainwire_worker.report_client import ReportStreamClient
 from trainwire_worker.runtime_env import PreparedEnv, activated, prepare
 from trainwire_worker.session import WorkerSession
@@ -48,7 +48,7 @@ class TrainWorker:
         # Backends keep per-process state here (process groups, trackers).
         self.state: dict[str, Any] = {}
         # The log shipper starts while the group is being set up, not in the first run.
-        threading.Thread(target=start_shipper, name="trainwire-log-shipper", daemon=True).start()
+        threading.Thread(target=worker_shipper, name="trainwire-log-shipper", daemon=True).start()
 
     def node_info(self) -> tuple[str, str, int]:
         """(Ray node id, node ip, pid) of this worker."""

@@ -138,8 +138,3 @@ class LogCapture:
         if not self.shipper.end(SHIPPER_DRAIN_S):
             logger.warning("the log shipper did not store the run's last lines within %g s", SHIPPER_DRAIN_S)
             _discard(self.shipper)  # the next run starts a new one
-
-
-def start_shipper() -> None:
-    """Starts the worker's shipper ahead of its first run."""
-    worker_shipper()
