@@ -95,7 +95,26 @@ class CompiledTrees:
         import tl2cgen
         from tl2cgen.libloader import _LIB, _check_call
 
-        self._lib, self._check = _LIB, _check_call
+        self._check = _check_call
+        # The C API's functions with their argument types declared, on a handle of our own (the
+        # same library, so tl2cgen's own calls keep theirs): a call then converts plain ints and
+        # bytes itself, without a ctypes pointer object built per array per call.
+        lib = ctypes.CDLL(_LIB._name)
+        self._create = lib.TL2cgenDMatrixCreateFromMat
+        self._create.argtypes = [
+            ctypes.c_void_p,
+            ctypes.c_char_p,
+            ctypes.c_size_t,
+            ctypes.c_size_t,
+            ctypes.c_void_p,
+            ctypes.POINTER(ctypes.c_void_p),
+        ]
+        self._predict = lib.TL2cgenPredictorPredictBatch
+        self._predict.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_void_p]
+        self._free_dmatrix = lib.TL2cgenDMatrixFree
+        self._free_dmatrix.argtypes = [ctypes.c_void_p]
+        for function in (self._create, self._predict, self._free_dmatrix):
+            function.restype = ctypes.c_int
         self.libpath = libpath
         self._free: collections.deque[Any] = collections.deque()
         first = tl2cgen.Predictor(libpath, nthread=1)
@@ -110,8 +129,7 @@ class CompiledTrees:
         self.out_dtype = np.dtype(out_dtype) if out_dtype is not None else self.leaf_dtype
         self._data_type = first.threshold_type.encode()
         self._missing = np.array([np.nan], dtype=self.data_dtype)
-        self._ptr = ctypes.POINTER(ctypes.c_float if self.data_dtype == np.float32 else ctypes.c_double)
-        self._out_ptr = ctypes.POINTER(ctypes.c_float if self.leaf_dtype == np.float32 else ctypes.c_double)
+        self._missing_address = self._missing.ctypes.data
 
     def _acquire(self) -> Any:
         try:
@@ -134,29 +152,16 @@ class CompiledTrees:
         if rows:
             dmat = ctypes.c_void_p()
             self._check(
-                self._lib.TL2cgenDMatrixCreateFromMat(
-                    x.ctypes.data_as(self._ptr),
-                    ctypes.c_char_p(self._data_type),
-                    ctypes.c_size_t(rows),
-                    ctypes.c_size_t(x.shape[1]),
-                    self._missing.ctypes.data_as(self._ptr),
-                    ctypes.byref(dmat),
+                self._create(
+                    x.ctypes.data, self._data_type, rows, x.shape[1], self._missing_address, ctypes.byref(dmat)
                 )
             )
             handle = self._acquire()
             try:
-                self._check(
-                    self._lib.TL2cgenPredictorPredictBatch(
-                        handle,
-                        dmat,
-                        ctypes.c_int(0),
-                        ctypes.c_int(1 if pred_margin else 0),
-                        out.ctypes.data_as(self._out_ptr),
-                    )
-                )
+                self._check(self._predict(handle, dmat, 0, 1 if pred_margin else 0, out.ctypes.data))
             finally:
                 self._free.append(handle)
-                self._check(self._lib.TL2cgenDMatrixFree(dmat))
+                self._check(self._free_dmatrix(dmat))
         out = out.reshape(rows, -1)
         if out.shape[1] == 1:
             out = out[:, 0]

@@ -32,9 +32,12 @@ class LightGBMPredictor(Predictor):
         feature_columns: list[str] | None = None,
         num_threads: int | None = None,
     ) -> None:
-        super().__init__(preprocessor, feature_columns or model.feature_name())
+        names = model.feature_name()
+        super().__init__(preprocessor, feature_columns or names)
         self.model = model
         self.num_threads = num_threads
+        # Read once: the booster's names are a call into LightGBM, and every predict needs them.
+        self._model_columns = names or self.feature_columns
 
     @classmethod
     def from_checkpoint(cls, checkpoint: Checkpoint, **kwargs: Any) -> LightGBMPredictor:
@@ -45,7 +48,7 @@ class LightGBMPredictor(Predictor):
 
     @property
     def model_columns(self) -> list[str] | None:
-        return self.model.feature_name() or self.feature_columns
+        return self._model_columns
 
     def _predict_numpy(self, data: np.ndarray, **kwargs: Any) -> np.ndarray:
         if self.num_threads is not None:

@@ -38,10 +38,13 @@ class XGBoostPredictor(Predictor):
         feature_columns: list[str] | None = None,
         nthread: int | None = None,
     ) -> None:
-        super().__init__(preprocessor, feature_columns or model.feature_names)
+        names = model.feature_names
+        super().__init__(preprocessor, feature_columns or names)
         if nthread is not None:
             model.set_param({"nthread": nthread})
         self.model = model
+        # Read once: the booster's names are a call into XGBoost, and every predict needs them.
+        self._model_columns = names or self.feature_columns
 
     @classmethod
     def from_checkpoint(cls, checkpoint: Checkpoint, **kwargs: Any) -> XGBoostPredictor:
@@ -52,7 +55,7 @@ class XGBoostPredictor(Predictor):
 
     @property
     def model_columns(self) -> list[str] | None:
-        return self.model.feature_names or self.feature_columns
+        return self._model_columns
 
     def _predict_numpy(self, data: np.ndarray, dmatrix_kwargs: dict[str, Any] | None = None, **kwargs: Any) -> Any:
         """Scores a 2-D array whose columns are in the booster's order.
