@@ -13,13 +13,27 @@ requests), are scored on the event loop at the end of the loop iteration that
 queued them, together: for a call that short, handing it to a thread and back
 costs more than the call. Under load the threads score, beside the loop.
 
+A busy gRPC server hands its requests to the data plane about one at a time
+(each handler runs to its await before the next one starts), so an inline call
+rarely finds company in its own loop turn. When the event loop itself is what
+limits (its thread wanting a core at least ``GATHER_LOOP_BUSY`` of the last window), an
+inline call waits ``GATHER_WAIT_S`` for the requests coming in behind it: a call
+for several requests costs the loop far less than a call each, and the wait is
+shorter than the queue it drains. A loop with time to spare never holds a call,
+so a lone caller waits for nothing; and a model whose waits bring no company
+(``_Gather``) stops waiting, trying again every ``GATHER_PROBE_EVERY`` calls.
+
 Any other model is batched only under a ``DynamicBatching`` policy (Triton's
 ``dynamic_batching``): a request waits up to ``max_queue_delay_us`` for others
 of the same input form, and their rows go in one call of at most
 ``max_batch_size`` rows, at once when the queue reaches that or a preferred
-batch size. Such a model's answer for a row may differ from its answer alone
-in the last bits (other kernels for other batch shapes), which is why each
-framework chooses (``FRAMEWORK_BATCHING``) and each model may choose again.
+batch size. An ``adaptive`` policy also starts a call as soon as its queue holds as
+many rows as the model has held at once lately (queued and in calls, within the last
+second or two): a closed loop of N callers gathers its N rows without waiting out
+the delay, and a lone caller is scored at once. Such a model's answer for a row may
+differ from its answer alone in the last bits (other kernels for other batch
+shapes), which is why each framework chooses (``FRAMEWORK_BATCHING``) and each
+model may choose again.
 Whatever batches, answers are split back to their requests, and a call that
 fails is retried request by request, so a bad row fails only its own request.
 
@@ -32,6 +46,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import time
 from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass
@@ -61,12 +76,16 @@ class DynamicBatching:
         preferred_batch_sizes: Row counts at which a call starts at once, without waiting out the delay.
         instances: Calls of the model at once (Triton's instance group count): the next batch forms
             while one is scored, and the calls share the cores.
+        adaptive: Start a call once the queue holds as many rows as the model has held at once
+            lately (its recent peak, less the rows in calls), without waiting out the delay: the
+            delay then bounds the wait only when fewer requests come than came before.
     """
 
     max_batch_size: int = 64
     max_queue_delay_us: int = 500
     preferred_batch_sizes: tuple[int, ...] = ()
     instances: int = 1
+    adaptive: bool = False
 
     def __post_init__(self) -> None:
         if self.max_batch_size < 1:
@@ -75,6 +94,8 @@ class DynamicBatching:
             raise InvalidArgumentError("max_queue_delay_us may not be negative", field="max_queue_delay_us")
         if self.instances < 1:
             raise InvalidArgumentError("instances must be at least 1", field="instances")
+        if not isinstance(self.adaptive, bool):
+            raise InvalidArgumentError("adaptive must be true or false", field="adaptive")
         if any(not 1 <= size <= self.max_batch_size for size in self.preferred_batch_sizes):
             raise InvalidArgumentError(
                 f"preferred_batch_sizes must lie within 1..max_batch_size ({self.max_batch_size})",
@@ -84,13 +105,115 @@ class DynamicBatching:
 
 # Each framework's default; tree models (batch invariant) batch while busy whatever this says, and
 # a framework not named here is called once per request unless a model's own policy says otherwise.
+# Adaptive, one call at a time: a call's rows cost far less each than one-row calls side by side
+# (a dense layer's weights are read once per call), so concurrent callers wait for one another,
+# but only for as many as came at once lately, and at most 2 ms.
 # Not Transformers: its pipeline scores a list one text at a time, so a joined call costs as much
 # as its requests one by one, run one after another instead of side by side on the threads.
-FRAMEWORK_BATCHING: dict[str, DynamicBatching] = {
-    "torch": DynamicBatching(max_batch_size=64, max_queue_delay_us=200, instances=2),
-    "horovod": DynamicBatching(max_batch_size=64, max_queue_delay_us=200, instances=2),
-    "tensorflow": DynamicBatching(max_batch_size=64, max_queue_delay_us=200, instances=2),
-}
+_DENSE = DynamicBatching(max_batch_size=64, max_queue_delay_us=2000, instances=1, adaptive=True)
+FRAMEWORK_BATCHING: dict[str, DynamicBatching] = {"torch": _DENSE, "horovod": _DENSE, "tensorflow": _DENSE}
+
+# Waiting for more requests to join an inline call: how long; how busy the event loop must be
+# (the share of time its thread wanted a core, measured over windows of LOOP_WINDOW_NS); the waits in a row that
+# bring no company before a model stops waiting, and how often it then tries again.
+GATHER_WAIT_S = 0.001  # uvloop's timers count whole milliseconds
+GATHER_LOOP_BUSY = 0.75
+GATHER_MISSES = 3
+GATHER_PROBE_EVERY = 64
+# Calls that find this many requests on average without waiting do not wait; every so many calls
+# go without waiting, to keep that average current.
+GATHER_NATURAL = 1.5
+GATHER_SAMPLE_EVERY = 16
+LOOP_WINDOW_NS = 50_000_000
+
+
+class _LoopLoad:
+    """How busy the event loop thread is: the share of the last window it wanted a core.
+
+    On Linux that is the time it ran plus the time it waited in the run queue (the thread's
+    ``schedstat``), so a loop on a machine short of cores still counts as busy; elsewhere its
+    CPU time alone.
+    """
+
+    __slots__ = ("since_ns", "used_ns", "busy")
+
+    def __init__(self) -> None:
+        self.since_ns, self.used_ns, self.busy = time.perf_counter_ns(), self._used_ns(), 0.0
+
+    @staticmethod
+    def _used_ns() -> int:
+        try:
+            with open("/proc/thread-self/schedstat", "rb") as f:
+                ran, waited = f.read().split()[:2]
+            return int(ran) + int(waited)
+        except (OSError, ValueError):
+            return time.thread_time_ns()
+
+    def update(self) -> float:
+        """The last window's share of time the loop wanted a core (called on the loop thread)."""
+        now = time.perf_counter_ns()
+        if now - self.since_ns >= LOOP_WINDOW_NS:
+            used = self._used_ns()
+            self.busy = (used - self.used_ns) / (now - self.since_ns)
+            self.since_ns, self.used_ns = now, used
+        return self.busy
+
+
+class _Gather:
+    """Whether waiting for more requests would pay for one model's inline calls.
+
+    It would not where calls already find company without waiting (a REST front end reads
+    several connections' requests in one loop turn), nor where waits bring none.
+    """
+
+    __slots__ = ("misses", "calls", "natural")
+
+    def __init__(self) -> None:
+        self.misses = 0
+        self.calls = 0
+        self.natural = 1.0  # requests per call of the calls that did not wait (a moving average)
+
+    def should_wait(self) -> bool:
+        """Called once per inline call of a busy loop; every ``GATHER_SAMPLE_EVERY``-th call goes as it is."""
+        self.calls += 1
+        if self.calls % GATHER_SAMPLE_EVERY == 0 or self.natural >= GATHER_NATURAL:
+            return False
+        # (a probe is never a sample call: GATHER_PROBE_EVERY is a multiple of GATHER_SAMPLE_EVERY)
+        return self.misses < GATHER_MISSES or self.calls % GATHER_PROBE_EVERY == 1
+
+    def went(self, requests: int) -> None:
+        """A call that did not wait went with this many requests."""
+        self.natural = 0.9 * self.natural + 0.1 * requests
+
+    def result(self, company: bool) -> None:
+        """After a wait: whether other requests joined the call."""
+        self.misses = 0 if company else self.misses + 1
+
+
+# How long a model's peak of rows held at once is remembered (two windows of this).
+PEAK_WINDOW_NS = 1_000_000_000
+
+
+class _Peak:
+    """The most rows a model has held at once (queued and in calls) within the last one to two windows."""
+
+    __slots__ = ("held", "current", "previous", "since_ns")
+
+    def __init__(self) -> None:
+        self.held = 0
+        self.current = self.previous = 0
+        self.since_ns = 0
+
+    def add(self, rows: int, now: int) -> None:
+        self.held += rows
+        if now - self.since_ns >= PEAK_WINDOW_NS:
+            self.previous = self.current if now - self.since_ns < 2 * PEAK_WINDOW_NS else 0
+            self.current, self.since_ns = 0, now
+        self.current = max(self.current, self.held)
+
+    @property
+    def peak(self) -> int:
+        return max(self.current, self.previous)
 
 
 def batching_by_framework(model: LoadedModel) -> DynamicBatching | None:
@@ -233,6 +356,11 @@ class Batcher:
         # Keys batched under a DynamicBatching policy, and the timer that ends each one's wait.
         self._policies: dict[Any, DynamicBatching] = {}
         self._timers: dict[Any, asyncio.TimerHandle] = {}
+        # Keys under an adaptive policy: the rows each holds and its recent peak.
+        self._peaks: dict[Any, _Peak] = {}
+        # Keys scored inline: whether their calls wait for more requests, when the loop is busy.
+        self._gathers: dict[Any, _Gather] = {}
+        self._loop_load = _LoopLoad()
 
     async def infer(
         self, request: InferenceRequest, model: LoadedModel, timing: Timing | None = None
@@ -255,12 +383,14 @@ class Batcher:
         self._queues[key].append(item)
         if policy is not None:
             self._policies[key] = policy
+            if policy.adaptive:
+                self._peak(key).add(timing.rows, timing.enqueued_ns)
             self._schedule(key, model, policy)
         elif self._inflight[key] < self.max_inflight:
             if self._inline(model, timing.rows):
                 # Held as in flight until the loop has run the rest of this iteration's requests.
                 self._inflight[key] += 1
-                loop.call_soon(self._launch_deferred, key, model)
+                loop.call_soon(self._launch_deferred, key, model, False)
             else:
                 self._launch(key, model)
         return await item.future
@@ -273,7 +403,12 @@ class Batcher:
         rows = sum(_rows(item.batch) for item in queue)
         waited_ns = now_ns() - queue[0].timing.enqueued_ns
         delay_ns = policy.max_queue_delay_us * 1000
-        if rows >= policy.max_batch_size or rows in policy.preferred_batch_sizes or waited_ns >= delay_ns:
+        target = policy.max_batch_size
+        if policy.adaptive:
+            peak = self._peaks[key]
+            # As many as were held at once lately, less those in calls now (they come back later).
+            target = min(target, max(1, peak.peak - (peak.held - rows)))
+        if rows >= target or rows in policy.preferred_batch_sizes or waited_ns >= delay_ns:
             timer = self._timers.pop(key, None)
             if timer is not None:
                 timer.cancel()
@@ -283,6 +418,15 @@ class Batcher:
                 (delay_ns - waited_ns) / 1e9, self._timer_fired, key, model, policy
             )
 
+    def _peak(self, key: Any) -> _Peak:
+        peak = self._peaks.get(key)
+        if peak is None:
+            if len(self._peaks) >= 1024:  # forget idle input forms, which any caller can make up
+                stale = now_ns() - 2 * PEAK_WINDOW_NS
+                self._peaks = {k: p for k, p in self._peaks.items() if p.held or p.since_ns > stale}
+            peak = self._peaks[key] = _Peak()
+        return peak
+
     def _timer_fired(self, key: Any, model: LoadedModel, policy: DynamicBatching) -> None:
         self._timers.pop(key, None)
         self._schedule(key, model, policy)
@@ -290,9 +434,35 @@ class Batcher:
     def _inline(self, model: LoadedModel, rows: int) -> bool:
         return model.ns_per_row is not None and rows * model.ns_per_row <= self.inline_budget_ns
 
-    def _launch_deferred(self, key: Any, model: LoadedModel) -> None:
+    def _launch_deferred(self, key: Any, model: LoadedModel, waited: bool) -> None:
+        """Runs a deferred inline call, unless it is worth waiting for more requests first.
+
+        Args:
+            waited: Whether this call has waited already.
+        """
+        queue = self._queues.get(key)
+        if queue:
+            gather = self._gathers.get(key)
+            if gather is None:
+                gather = self._gathers[key] = self._new_gather()
+            if waited:
+                gather.result(len(queue) > 1)
+            elif (
+                self._loop_load.update() >= GATHER_LOOP_BUSY
+                and gather.should_wait()
+                and self._inline(model, sum(_rows(item.batch) for item in queue) * 2)
+            ):
+                asyncio.get_running_loop().call_later(GATHER_WAIT_S, self._launch_deferred, key, model, True)
+                return
+            else:
+                gather.went(len(queue))
         self._done_one(key)
         self._launch(key, model, inline=True)
+
+    def _new_gather(self) -> _Gather:
+        if len(self._gathers) >= 1024:  # input forms come from callers: start over rather than grow
+            self._gathers.clear()
+        return _Gather()
 
     def _done_one(self, key: Any) -> None:
         self._inflight[key] -= 1
@@ -348,15 +518,23 @@ class Batcher:
             pass  # the loop is closed: nobody is waiting any more
 
     def _score_timed(self, model: LoadedModel, items: list[_Item], rows: int) -> list[Any]:
-        """Scores the items and updates the model's measured cost per row."""
-        started = now_ns()
+        """Scores the items and updates the model's measured cost per row.
+
+        The cost is the scoring thread's CPU time: on a worker thread the wall time would also
+        count its waits for the GIL while the loop runs, and a model once measured slow there
+        would never be scored on the loop again.
+        """
+        started = time.thread_time_ns()
         results = self._score_items(model, items, rows, self.recorder)
-        per_row = (now_ns() - started) / max(rows, 1)
+        per_row = (time.thread_time_ns() - started) / max(rows, 1)
         model.ns_per_row = per_row if model.ns_per_row is None else 0.8 * model.ns_per_row + 0.2 * per_row
         return results
 
     def _settle(self, key: Any, model: LoadedModel, items: list[_Item], results: list[Any]) -> None:
         self._done_one(key)
+        peak = self._peaks.get(key)
+        if peak is not None:
+            peak.held -= sum(_rows(item.batch) for item in items)
         for item, result in zip(items, results):
             if item.future.done():
                 continue

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from concurrent.futures import ThreadPoolExecutor
 
 import grpc
@@ -183,6 +184,9 @@ def main(argv: list[str] | None = None) -> None:
     add_tls_arguments(parser)
     args = parser.parse_args(argv)
     overrides = {k: v for k, v in vars(args).items() if v is not None}
+    # OpenMP threads (torch, TensorFlow) that finish a call sleep instead of spinning for the
+    # next: they share the cores with the event loop, whose work between calls they would slow.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     server = PredictorServer(PredictorSettings(**overrides))
     try:

@@ -13,7 +13,13 @@ from trainwire.predictor import Predictor
 from trainwire_core.errors import InvalidArgumentError
 from trainwire_core.inference import grpc_service_pb2 as pb
 from trainwire_core.inference.codec import to_raw
-from trainwire_predictor.batching import FRAMEWORK_BATCHING, Batcher, DynamicBatching, parse_batching
+from trainwire_predictor.batching import (
+    FRAMEWORK_BATCHING,
+    GATHER_LOOP_BUSY,
+    Batcher,
+    DynamicBatching,
+    parse_batching,
+)
 from trainwire_predictor.grpc_codec import request_from_proto
 from trainwire_predictor.inference import InferenceRequest
 from trainwire_predictor.model_repository import LoadedModel, ModelRef, describe
@@ -117,6 +123,57 @@ def test_calls_measured_as_short_run_on_the_loop_and_batch_what_one_iteration_qu
         assert loop_thread not in predictor.threads
 
 
+@pytest.mark.parametrize("busy", [True, False])
+def test_a_busy_loop_holds_an_inline_call_for_requests_arriving_turns_later_an_idle_one_does_not(busy: bool):
+    import time
+
+    predictor = Doubler()
+    inputs, outputs = describe(predictor)
+    model = LoadedModel(ModelRef("run", "doubler", "c1"), "fake", predictor, inputs, outputs)
+
+    async def staggered(batcher: Batcher, turns: int, rid: str):
+        for _ in range(turns):  # reach the batcher this many loop turns after the first request
+            await asyncio.sleep(0)
+        return await batcher.infer(request([float(turns)], rid), model)
+
+    async def go():
+        with ThreadPoolExecutor(2) as pool:
+            batcher = Batcher(pool, max_inflight=1, inline_budget_ns=10**9)
+            await batcher.infer(request([1.0], "warm-up"), model)
+            # Loop windows (50 ms) spent working, as under load, or waiting, as between lone callers
+            # (working until the batcher sees it: on a loaded machine the thread may not get a core).
+            started = time.perf_counter()
+            while time.perf_counter() - started < 0.08 or (
+                busy and batcher._loop_load.update() < GATHER_LOOP_BUSY and time.perf_counter() - started < 5
+            ):
+                if not busy:
+                    await asyncio.sleep(0.01)
+            predictor.calls.clear()
+            return await asyncio.gather(*(staggered(batcher, turns, str(turns)) for turns in range(4)))
+
+    results = asyncio.run(go())
+    assert [r.outputs[0][1].tolist() for r in results] == [[2.0 * t] for t in range(4)]
+    # Busy: the first call waited (1 ms) for the three that came in the next turns. Idle: each
+    # request went in the loop turn after it came, as a lone caller's does.
+    assert predictor.calls == ([4] if busy else [1, 1, 1, 1])
+
+
+def test_a_model_whose_waits_bring_no_company_stops_waiting_and_tries_again_later():
+    from trainwire_predictor.batching import GATHER_PROBE_EVERY, _Gather
+
+    gather = _Gather()
+    assert gather.should_wait()
+    for _ in range(3):
+        gather.result(False)
+    decisions = [gather.should_wait() for _ in range(2 * GATHER_PROBE_EVERY)]
+    assert 1 <= sum(decisions) <= 2  # one probe per GATHER_PROBE_EVERY calls
+    gather.result(True)  # the probe found company: wait again
+    assert sum(gather.should_wait() for _ in range(32)) >= 30  # all but the average's samples
+    for _ in range(40):
+        gather.went(4)  # calls that find company without waiting (a REST front end's)
+    assert not any(gather.should_wait() for _ in range(2 * GATHER_PROBE_EVERY))
+
+
 class Shaped(Doubler):
     """A Doubler that is not batch invariant (as a torch or Transformers model): batched only under a policy."""
 
@@ -182,6 +239,43 @@ def test_a_full_or_preferred_batch_starts_at_once_and_a_lone_request_waits_out_t
     started = time.perf_counter()
     run_batched(model, [typed_request([1.0], "lone", "<f8")], DynamicBatching(max_queue_delay_us=200_000))
     assert 0.2 <= time.perf_counter() - started < 1.5 and predictor.calls == [1]
+
+
+def test_an_adaptive_policy_gathers_a_closed_loop_of_callers_and_never_holds_a_lone_one():
+    import time
+
+    policy = DynamicBatching(max_batch_size=64, max_queue_delay_us=5_000_000, adaptive=True)
+    predictor, model = shaped_model()
+    started = time.perf_counter()
+    assert run_batched(model, [typed_request([1.0], "lone", "<f8")], policy)[0].outputs[0][1].tolist() == [2.0]
+    # Nothing came before it: scored at once, not after the 5 s delay.
+    assert time.perf_counter() - started < 1.0 and predictor.calls == [1]
+
+    predictor, model = shaped_model()
+
+    async def callers() -> list[list[float]]:
+        with ThreadPoolExecutor(2) as pool:
+            batcher = Batcher(pool, batching=lambda m: policy)
+
+            async def caller(k: int) -> list[float]:
+                answers = []
+                for i in range(7 if k == 0 else 6):
+                    response = await batcher.infer(typed_request([float(10 * k + i)], f"{k}-{i}", "<f8"), model)
+                    answers.append(response.outputs[0][1].tolist()[0])
+                return answers
+
+            return await asyncio.gather(*(caller(k) for k in range(4)))
+
+    started = time.perf_counter()
+    answers = asyncio.run(callers())
+    assert answers == [[2.0 * (10 * k + i) for i in range(7 if k == 0 else 6)] for k in range(4)]
+    # The first caller finds the model idle and goes alone; the other three wait for its next
+    # request (four were held at once), and from then on every call gathers all four callers
+    # as soon as they come, never waiting out the delay.
+    assert predictor.calls == [1] + [4] * 6
+    assert time.perf_counter() - started < 3.0
+    with pytest.raises(InvalidArgumentError, match="adaptive"):
+        parse_batching('{"torch": {"adaptive": "yes"}}')
 
 
 def test_without_a_policy_each_request_is_its_own_call():
