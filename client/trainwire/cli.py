@@ -131,10 +131,16 @@ def _registry(args: argparse.Namespace):  # type: ignore[no-untyped-def]
 
 
 def _models_alias(args: argparse.Namespace) -> int:
-    """Moves an alias (MODEL ALIAS VERSION), or lists the aliases (MODEL) and their history (--history)."""
+    """Moves an alias (MODEL ALIAS VERSION), removes one (--delete), or lists them (MODEL) and their history."""
     import time
 
     with _registry(args) as registry:
+        if args.delete:
+            if not args.alias or args.version or args.history:
+                raise SystemExit("error: removing an alias takes MODEL ALIAS --delete")
+            registry.delete_alias(args.model, args.alias)
+            print(f"{args.model} {args.alias} removed")
+            return 0
         if args.alias and args.version:
             if args.history:
                 raise SystemExit("error: --history lists moves; give MODEL alone (or with ALIAS to filter)")
@@ -150,8 +156,8 @@ def _models_alias(args: argparse.Namespace) -> int:
             if args.alias and move.alias != args.alias:
                 continue
             when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(move.time))
-            previous = move.previous_version or "-"
-            print(f"{move.revision:>4} {when:<20} {move.alias:<16} {previous:<24} {move.version:<24} {move.moved_by}")
+            previous, version = move.previous_version or "-", move.version or "(removed)"
+            print(f"{move.revision:>4} {when:<20} {move.alias:<16} {previous:<24} {version:<24} {move.moved_by}")
         return 0
     print(f"{'ALIAS':<16} VERSION")
     for alias, version in sorted(state.aliases.items()):
@@ -294,12 +300,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p = models.add_parser(
         "alias",
-        help="move an alias to a version (MODEL ALIAS VERSION), or list aliases (MODEL [ALIAS]) and --history",
+        help="move an alias (MODEL ALIAS VERSION), remove one (--delete), or list them (MODEL [ALIAS]) and --history",
     )
     p.add_argument("model", help="run name or run id")
     p.add_argument("alias", nargs="?", default="", help="e.g. production")
     p.add_argument("version", nargs="?", default="", help="a committed checkpoint id, or another alias")
     p.add_argument("--history", action="store_true", help="list every move, oldest first (a rollback is a move back)")
+    p.add_argument("--delete", action="store_true", help="remove ALIAS (refused while the traffic policy names it)")
     p.set_defaults(fn=_models_alias)
     p = models.add_parser("route", help="set or show a model's traffic policy: weights over versions, a shadow")
     p.add_argument("model", help="run name or run id")

@@ -69,6 +69,10 @@ class ModelRegistryClient:
         """Points ``alias`` at ``version`` (a committed checkpoint id, or another alias)."""
         return self._call("SetAlias", models_pb2.SetAliasRequest(model=model, alias=alias, version=version))
 
+    def delete_alias(self, model: str, alias: str) -> models_pb2.ModelAliases:
+        """Removes ``alias`` (kept in the history); refused while the traffic policy names it."""
+        return self._call("DeleteAlias", models_pb2.DeleteAliasRequest(model=model, alias=alias))
+
     def get_aliases(self, model: str, include_history: bool = False) -> models_pb2.ModelAliases:
         return self._call("GetAliases", models_pb2.GetAliasesRequest(model=model, include_history=include_history))
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from trainwire_core.auth import current_caller
-from trainwire_core.errors import InvalidArgumentError, NotFoundError
+from trainwire_core.errors import FailedPreconditionError, InvalidArgumentError, NotFoundError
 from trainwire_core.grpc_status import handle_errors
 from trainwire_core.storage import RUN_ID_RE, Store
 from trainwire_core.v1 import models_pb2, models_pb2_grpc
@@ -135,22 +135,52 @@ class ModelRegistry:
                 )
             state = self._state(model)
             target = self._version_of(model, state, version, "version")
-            previous = str(state["aliases"].get(alias, ""))
-            state["aliases"][alias] = target
-            history = state["history"]
-            history.append(
-                {
-                    "revision": (history[-1]["revision"] + 1) if history else 1,
-                    "alias": alias,
-                    "version": target,
-                    "previous_version": previous,
-                    "time": time.time(),
-                    "moved_by": moved_by,
-                }
-            )
-            state["run_id"] = model.run_id
-            self.store.write_json(self.store.aliases_path(model.run_id), state)
+            self._record_move(model, state, alias, target, moved_by)
         return {**state, "model": name}
+
+    def delete_alias(self, name: str, alias: str, moved_by: str = "") -> dict[str, Any]:
+        """Removes ``alias``; the history keeps it as a move to no version.
+
+        Returns:
+            The model's registry state after the removal.
+
+        Raises:
+            NotFoundError: No such model (``model``) or alias (``alias``).
+            FailedPreconditionError: The traffic policy weights or shadows the alias (``alias``):
+                removing it would leave the policy pointing nowhere.
+        """
+        with self._lock:
+            model = self.model(name)
+            state = self._state(model)
+            if alias not in state["aliases"]:
+                raise NotFoundError(f"model {name!r} has no alias {alias!r}", field="alias")
+            route = state["route"]
+            if alias == route.get("shadow") or any(w["version"] == alias for w in route["weights"]):
+                raise FailedPreconditionError(
+                    f"alias {alias!r} is in model {name!r}'s traffic policy; set a policy without it first",
+                    field="alias",
+                )
+            self._record_move(model, state, alias, "", moved_by)
+        return {**state, "model": name}
+
+    def _record_move(self, model: Model, state: dict[str, Any], alias: str, target: str, moved_by: str) -> None:
+        """Points ``alias`` at ``target`` ("": removes it), appends the move and writes the file."""
+        previous = str(state["aliases"].pop(alias, ""))
+        if target:
+            state["aliases"][alias] = target
+        history = state["history"]
+        history.append(
+            {
+                "revision": (history[-1]["revision"] + 1) if history else 1,
+                "alias": alias,
+                "version": target,
+                "previous_version": previous,
+                "time": time.time(),
+                "moved_by": moved_by,
+            }
+        )
+        state["run_id"] = model.run_id
+        self.store.write_json(self.store.aliases_path(model.run_id), state)
 
     def get(self, name: str) -> dict[str, Any]:
         """The model's registry state: aliases, history and route (empty where none is set)."""
@@ -247,6 +277,11 @@ class ModelRegistryServicer(models_pb2_grpc.ModelRegistryServicer):
         state = await asyncio.to_thread(
             self.registry.set_alias, request.model, request.alias, request.version, current_caller().name
         )
+        return _aliases_proto(state, include_history=False)
+
+    @handle_errors
+    async def DeleteAlias(self, request, context):  # type: ignore[no-untyped-def]
+        state = await asyncio.to_thread(self.registry.delete_alias, request.model, request.alias, current_caller().name)
         return _aliases_proto(state, include_history=False)
 
     @handle_errors

@@ -130,6 +130,7 @@ METHOD_SCOPES = {
     "GetCaller": ANY_TOKEN,
     # ModelRegistry: what predictors serve is moved with serve.
     "SetAlias": SERVE,
+    "DeleteAlias": SERVE,
     "SetRoute": SERVE,
     "GetAliases": READ,
     "GetRoute": READ,

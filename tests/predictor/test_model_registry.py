@@ -119,12 +119,35 @@ def test_route_through_the_cli_and_its_errors_name_the_field(address, capsys):
     assert "(default version)" in run_cli(capsys, address, "route", "ranker", "--clear")[1]
 
 
+def test_deleting_an_alias_is_kept_in_the_history_and_refused_while_routed(address, served_store, capsys):
+    assert run_cli(capsys, address, "alias", "ranker", "staging", "c3")[0] == 0
+    assert run_cli(capsys, address, "route", "ranker", "--weights", "staging=100")[0] == 0
+    code, _, err = run_cli(capsys, address, "alias", "ranker", "staging", "--delete")
+    assert code == 1 and "FAILED_PRECONDITION" in err and "traffic policy" in err and "(field alias)" in err
+    assert run_cli(capsys, address, "route", "ranker", "--clear")[0] == 0
+    assert run_cli(capsys, address, "alias", "ranker", "staging", "--delete")[:2] == (0, "ranker staging removed\n")
+    # Gone from the file every predictor reads; the history shows the removal.
+    state = served_store.read_json(served_store.aliases_path("run-r"))
+    assert "staging" not in state["aliases"]
+    code, out, _ = run_cli(capsys, address, "alias", "ranker", "staging", "--history")
+    assert [line.split()[3:6] for line in out.strip().split("\n")[1:]] == [
+        ["staging", "-", "c3"],
+        ["staging", "c3", "(removed)"],
+    ]
+    code, _, err = run_cli(capsys, address, "alias", "ranker", "staging", "--delete")
+    assert code == 1 and "NOT_FOUND" in err and "'staging'" in err and "(field alias)" in err
+    with pytest.raises(SystemExit, match="MODEL ALIAS --delete"):
+        run_cli(capsys, address, "alias", "ranker", "staging", "c1", "--delete")
+
+
 def test_moving_an_alias_or_a_route_needs_the_serve_scope(address):
     with ModelRegistryClient(address, token="view-token") as viewer:
         with pytest.raises(PermissionDeniedError, match="'serve'"):
             viewer.set_alias("ranker", "production", "c3")
         with pytest.raises(PermissionDeniedError, match="'serve'"):
             viewer.set_route("ranker", [("c1", 100)])
+        with pytest.raises(PermissionDeniedError, match="'serve'"):
+            viewer.delete_alias("ranker", "production")
         viewer.get_route("ranker")  # reading needs read only
 
 

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19trainwire/v1/models.proto\x12\x0ctrainwire.v1\"@\n\x0fSetAliasRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\r\n\x05\x61lias\x18\x02 \x01(\t\x12\x0f\n\x07version\x18\x03 \x01(\t\";\n\x11GetAliasesRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\x17\n\x0finclude_history\x18\x02 \x01(\x08\"w\n\tAliasMove\x12\x10\n\x08revision\x18\x01 \x01(\x03\x12\r\n\x05\x61lias\x18\x02 \x01(\t\x12\x0f\n\x07version\x18\x03 \x01(\t\x12\x18\n\x10previous_version\x18\x04 \x01(\t\x12\x0c\n\x04time\x18\x05 \x01(\x01\x12\x10\n\x08moved_by\x18\x06 \x01(\t\"\xc1\x01\n\x0cModelAliases\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0e\n\x06run_id\x18\x02 \x01(\t\x12\x38\n\x07\x61liases\x18\x03 \x03(\x0b\x32\'.trainwire.v1.ModelAliases.AliasesEntry\x12(\n\x07history\x18\x04 \x03(\x0b\x32\x17.trainwire.v1.AliasMove\x1a.\n\x0c\x41liasesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\".\n\x0bRouteWeight\x12\x0f\n\x07version\x18\x01 \x01(\t\x12\x0e\n\x06weight\x18\x02 \x01(\x05\"\\\n\x0fSetRouteRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12*\n\x07weights\x18\x02 \x03(\x0b\x32\x19.trainwire.v1.RouteWeight\x12\x0e\n\x06shadow\x18\x03 \x01(\t\" \n\x0fGetRouteRequest\x12\r\n\x05model\x18\x01 \x01(\t\"|\n\rTrafficPolicy\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0e\n\x06run_id\x18\x02 \x01(\t\x12*\n\x07weights\x18\x03 \x03(\x0b\x32\x19.trainwire.v1.RouteWeight\x12\x0e\n\x06shadow\x18\x04 \x01(\t\x12\x10\n\x08revision\x18\x05 \x01(\x03\x32\xb1\x02\n\rModelRegistry\x12\x45\n\x08SetAlias\x12\x1d.trainwire.v1.SetAliasRequest\x1a\x1a.trainwire.v1.ModelAliases\x12I\n\nGetAliases\x12\x1f.trainwire.v1.GetAliasesRequest\x1a\x1a.trainwire.v1.ModelAliases\x12\x46\n\x08SetRoute\x12\x1d.trainwire.v1.SetRouteRequest\x1a\x1b.trainwire.v1.TrafficPolicy\x12\x46\n\x08GetRoute\x12\x1d.trainwire.v1.GetRouteRequest\x1a\x1b.trainwire.v1.TrafficPolicyb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19trainwire/v1/models.proto\x12\x0ctrainwire.v1\"@\n\x0fSetAliasRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\r\n\x05\x61lias\x18\x02 \x01(\t\x12\x0f\n\x07version\x18\x03 \x01(\t\"2\n\x12\x44\x65leteAliasRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\r\n\x05\x61lias\x18\x02 \x01(\t\";\n\x11GetAliasesRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\x17\n\x0finclude_history\x18\x02 \x01(\x08\"w\n\tAliasMove\x12\x10\n\x08revision\x18\x01 \x01(\x03\x12\r\n\x05\x61lias\x18\x02 \x01(\t\x12\x0f\n\x07version\x18\x03 \x01(\t\x12\x18\n\x10previous_version\x18\x04 \x01(\t\x12\x0c\n\x04time\x18\x05 \x01(\x01\x12\x10\n\x08moved_by\x18\x06 \x01(\t\"\xc1\x01\n\x0cModelAliases\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0e\n\x06run_id\x18\x02 \x01(\t\x12\x38\n\x07\x61liases\x18\x03 \x03(\x0b\x32\'.trainwire.v1.ModelAliases.AliasesEntry\x12(\n\x07history\x18\x04 \x03(\x0b\x32\x17.trainwire.v1.AliasMove\x1a.\n\x0c\x41liasesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\".\n\x0bRouteWeight\x12\x0f\n\x07version\x18\x01 \x01(\t\x12\x0e\n\x06weight\x18\x02 \x01(\x05\"\\\n\x0fSetRouteRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12*\n\x07weights\x18\x02 \x03(\x0b\x32\x19.trainwire.v1.RouteWeight\x12\x0e\n\x06shadow\x18\x03 \x01(\t\" \n\x0fGetRouteRequest\x12\r\n\x05model\x18\x01 \x01(\t\"|\n\rTrafficPolicy\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0e\n\x06run_id\x18\x02 \x01(\t\x12*\n\x07weights\x18\x03 \x03(\x0b\x32\x19.trainwire.v1.RouteWeight\x12\x0e\n\x06shadow\x18\x04 \x01(\t\x12\x10\n\x08revision\x18\x05 \x01(\x03\x32\xfe\x02\n\rModelRegistry\x12\x45\n\x08SetAlias\x12\x1d.trainwire.v1.SetAliasRequest\x1a\x1a.trainwire.v1.ModelAliases\x12K\n\x0b\x44\x65leteAlias\x12 .trainwire.v1.DeleteAliasRequest\x1a\x1a.trainwire.v1.ModelAliases\x12I\n\nGetAliases\x12\x1f.trainwire.v1.GetAliasesRequest\x1a\x1a.trainwire.v1.ModelAliases\x12\x46\n\x08SetRoute\x12\x1d.trainwire.v1.SetRouteRequest\x1a\x1b.trainwire.v1.TrafficPolicy\x12\x46\n\x08GetRoute\x12\x1d.trainwire.v1.GetRouteRequest\x1a\x1b.trainwire.v1.TrafficPolicyb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,22 +35,24 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_MODELALIASES_ALIASESENTRY']._serialized_options = b'8\001'
   _globals['_SETALIASREQUEST']._serialized_start=43
   _globals['_SETALIASREQUEST']._serialized_end=107
-  _globals['_GETALIASESREQUEST']._serialized_start=109
-  _globals['_GETALIASESREQUEST']._serialized_end=168
-  _globals['_ALIASMOVE']._serialized_start=170
-  _globals['_ALIASMOVE']._serialized_end=289
-  _globals['_MODELALIASES']._serialized_start=292
-  _globals['_MODELALIASES']._serialized_end=485
-  _globals['_MODELALIASES_ALIASESENTRY']._serialized_start=439
-  _globals['_MODELALIASES_ALIASESENTRY']._serialized_end=485
-  _globals['_ROUTEWEIGHT']._serialized_start=487
-  _globals['_ROUTEWEIGHT']._serialized_end=533
-  _globals['_SETROUTEREQUEST']._serialized_start=535
-  _globals['_SETROUTEREQUEST']._serialized_end=627
-  _globals['_GETROUTEREQUEST']._serialized_start=629
-  _globals['_GETROUTEREQUEST']._serialized_end=661
-  _globals['_TRAFFICPOLICY']._serialized_start=663
-  _globals['_TRAFFICPOLICY']._serialized_end=787
-  _globals['_MODELREGISTRY']._serialized_start=790
-  _globals['_MODELREGISTRY']._serialized_end=1095
+  _globals['_DELETEALIASREQUEST']._serialized_start=109
+  _globals['_DELETEALIASREQUEST']._serialized_end=159
+  _globals['_GETALIASESREQUEST']._serialized_start=161
+  _globals['_GETALIASESREQUEST']._serialized_end=220
+  _globals['_ALIASMOVE']._serialized_start=222
+  _globals['_ALIASMOVE']._serialized_end=341
+  _globals['_MODELALIASES']._serialized_start=344
+  _globals['_MODELALIASES']._serialized_end=537
+  _globals['_MODELALIASES_ALIASESENTRY']._serialized_start=491
+  _globals['_MODELALIASES_ALIASESENTRY']._serialized_end=537
+  _globals['_ROUTEWEIGHT']._serialized_start=539
+  _globals['_ROUTEWEIGHT']._serialized_end=585
+  _globals['_SETROUTEREQUEST']._serialized_start=587
+  _globals['_SETROUTEREQUEST']._serialized_end=679
+  _globals['_GETROUTEREQUEST']._serialized_start=681
+  _globals['_GETROUTEREQUEST']._serialized_end=713
+  _globals['_TRAFFICPOLICY']._serialized_start=715
+  _globals['_TRAFFICPOLICY']._serialized_end=839
+  _globals['_MODELREGISTRY']._serialized_start=842
+  _globals['_MODELREGISTRY']._serialized_end=1224
 # @@protoc_insertion_point(module_scope)

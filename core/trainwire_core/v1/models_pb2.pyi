@@ -16,6 +16,14 @@ class SetAliasRequest(_message.Message):
     version: str
     def __init__(self, model: _Optional[str] = ..., alias: _Optional[str] = ..., version: _Optional[str] = ...) -> None: ...
 
+class DeleteAliasRequest(_message.Message):
+    __slots__ = ("model", "alias")
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    ALIAS_FIELD_NUMBER: _ClassVar[int]
+    model: str
+    alias: str
+    def __init__(self, model: _Optional[str] = ..., alias: _Optional[str] = ...) -> None: ...
+
 class GetAliasesRequest(_message.Message):
     __slots__ = ("model", "include_history")
     MODEL_FIELD_NUMBER: _ClassVar[int]

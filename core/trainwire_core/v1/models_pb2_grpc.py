@@ -44,6 +44,11 @@ class ModelRegistryStub:
                 request_serializer=trainwire_dot_v1_dot_models__pb2.SetAliasRequest.SerializeToString,
                 response_deserializer=trainwire_dot_v1_dot_models__pb2.ModelAliases.FromString,
                 _registered_method=True)
+        self.DeleteAlias = channel.unary_unary(
+                '/trainwire.v1.ModelRegistry/DeleteAlias',
+                request_serializer=trainwire_dot_v1_dot_models__pb2.DeleteAliasRequest.SerializeToString,
+                response_deserializer=trainwire_dot_v1_dot_models__pb2.ModelAliases.FromString,
+                _registered_method=True)
         self.GetAliases = channel.unary_unary(
                 '/trainwire.v1.ModelRegistry/GetAliases',
                 request_serializer=trainwire_dot_v1_dot_models__pb2.GetAliasesRequest.SerializeToString,
@@ -76,6 +81,14 @@ class ModelRegistryServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DeleteAlias(self, request, context):
+        """Removes an alias (kept in the history as a move to no version). An alias the traffic
+        policy names cannot be removed until the policy no longer names it.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def GetAliases(self, request, context):
         """A model's aliases, and their history with include_history.
         """
@@ -103,6 +116,11 @@ def add_ModelRegistryServicer_to_server(servicer, server):
             'SetAlias': grpc.unary_unary_rpc_method_handler(
                     servicer.SetAlias,
                     request_deserializer=trainwire_dot_v1_dot_models__pb2.SetAliasRequest.FromString,
+                    response_serializer=trainwire_dot_v1_dot_models__pb2.ModelAliases.SerializeToString,
+            ),
+            'DeleteAlias': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteAlias,
+                    request_deserializer=trainwire_dot_v1_dot_models__pb2.DeleteAliasRequest.FromString,
                     response_serializer=trainwire_dot_v1_dot_models__pb2.ModelAliases.SerializeToString,
             ),
             'GetAliases': grpc.unary_unary_rpc_method_handler(
@@ -152,6 +170,33 @@ class ModelRegistry:
             target,
             '/trainwire.v1.ModelRegistry/SetAlias',
             trainwire_dot_v1_dot_models__pb2.SetAliasRequest.SerializeToString,
+            trainwire_dot_v1_dot_models__pb2.ModelAliases.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteAlias(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/trainwire.v1.ModelRegistry/DeleteAlias',
+            trainwire_dot_v1_dot_models__pb2.DeleteAliasRequest.SerializeToString,
             trainwire_dot_v1_dot_models__pb2.ModelAliases.FromString,
             options,
             channel_credentials,
