@@ -12,7 +12,10 @@ names no version follows the weights; a named version or alias is served as aske
   shadow version in a background task, scored on threads of its own; its answer is
   compared with the served one and dropped. It never delays, changes or fails the
   served answer: at most ``max_shadow_inflight`` copies run at once (more are
-  dropped and counted), and every failure of a copy stays inside its task.
+  dropped and counted), and every failure of a copy stays inside its task. A shadow
+  that fails ``SHADOW_FAILURES`` copies in a row is paused (its copies skipped and
+  counted), for ``SHADOW_PAUSE_S`` at first and twice as long after each failed try,
+  up to ``SHADOW_PAUSE_MAX_S``; one copy that is answered ends the pause.
 """
 
 from __future__ import annotations
@@ -42,7 +45,21 @@ logger = logging.getLogger(__name__)
 _POINTS = 10_000
 # Seconds: 1 ms to 30 s.
 SHADOW_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
-OUTCOMES = ("agree", "disagree", "error", "dropped")
+OUTCOMES = ("agree", "disagree", "error", "dropped", "paused")
+# A shadow that keeps failing (a model that cannot load, a bad input form) would cost a
+# load or a thread per copy for nothing: after this many errors in a row it pauses.
+SHADOW_FAILURES = 5
+SHADOW_PAUSE_S = 1.0
+SHADOW_PAUSE_MAX_S = 60.0
+
+
+@dataclass
+class _Pause:
+    """One shadow target's errors in a row and its pause."""
+
+    failures: int = 0
+    pause_s: float = 0.0
+    until: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -157,6 +174,8 @@ class Router:
         self._batcher: Batcher | None = None
         self._inflight = 0
         self._tasks: set[asyncio.Task[None]] = set()
+        # (model name, shadow target as the policy names it) -> its failures and pause.
+        self._pauses: dict[tuple[str, str], _Pause] = {}
 
     async def route(self, request: InferenceRequest) -> tuple[InferenceRequest, str]:
         """The request to serve (its version chosen by the policy when it names none) and the shadow target ("")."""
@@ -206,6 +225,10 @@ class Router:
             if self._inflight >= self.max_shadow_inflight:
                 self._record(request.model_name, served.model_version, target, "dropped", None)
                 return
+            pause = self._pauses.get((request.model_name, target))
+            if pause is not None and time.monotonic() < pause.until:
+                self._record(request.model_name, served.model_version, target, "paused", None)
+                return
             copy = dataclasses.replace(request, model_version=target)
             task = asyncio.get_running_loop().create_task(self._shadow(copy, served))
         except Exception:  # noqa: BLE001 - the served answer must go out whatever happens here
@@ -221,7 +244,7 @@ class Router:
 
     async def _shadow(self, request: InferenceRequest, served: InferenceResponse) -> None:
         started = time.perf_counter()
-        target = request.model_version
+        target = named = request.model_version
         try:
             model = await self.models.get(request.model_name, target)
             target = model.ref.checkpoint_id
@@ -234,6 +257,30 @@ class Router:
             logger.debug("shadow copy to %s failed: %s", target, exc)
             outcome = "error"
         self._record(request.model_name, served.model_version, target, outcome, time.perf_counter() - started)
+        self._count_failure(request.model_name, named, outcome == "error")
+
+    def _count_failure(self, model: str, target: str, failed: bool) -> None:
+        """Ends a shadow's pause on an answer; pauses it after ``SHADOW_FAILURES`` errors in a row."""
+        key = (model, target)
+        if not failed:
+            self._pauses.pop(key, None)
+            return
+        pause = self._pauses.get(key)
+        if pause is None:
+            if len(self._pauses) >= 1024:  # model names come from callers: start over rather than grow
+                self._pauses.clear()
+            pause = self._pauses[key] = _Pause()
+        pause.failures += 1
+        if pause.failures >= SHADOW_FAILURES and time.monotonic() >= pause.until:
+            pause.pause_s = min(SHADOW_PAUSE_MAX_S, 2 * pause.pause_s or SHADOW_PAUSE_S)
+            pause.until = time.monotonic() + pause.pause_s
+            logger.warning(
+                "shadow %s of model %s failed %d copies in a row; its copies pause for %g s",
+                target,
+                model,
+                pause.failures,
+                pause.pause_s,
+            )
 
     def _record(self, model: str, version: str, shadow: str, outcome: str, seconds: float | None) -> None:
         key = (model, version, shadow)

@@ -19,6 +19,7 @@ from trainwire.predictor import Predictor
 from trainwire_coordinator.model_registry import ModelRegistry
 from trainwire_core.errors import NotFoundError
 from trainwire_core.storage import Store
+from trainwire_predictor import routing
 from trainwire_predictor.batching import Batcher
 from trainwire_predictor.dataplane import DataPlane
 from trainwire_predictor.inference import InferenceRequest, InputTensor
@@ -239,6 +240,43 @@ def test_a_slow_or_broken_shadow_changes_neither_the_answers_nor_their_p99(regis
         assert counts[("m", "v1", "slow", "dropped")] > 0  # bounded: a 2 s shadow cannot pile up
     text = generate_latest(registry_metrics).decode()
     assert "trainwire_shadow_requests_total" in text
+
+
+def test_a_shadow_that_keeps_failing_pauses_longer_each_time_and_resumes_once_answered(
+    registry, model_store, monkeypatch
+):
+    monkeypatch.setattr(routing, "SHADOW_PAUSE_S", 0.4)
+    registry.set_route("m", [("v1", 100)], shadow="broken")
+    dp, pool = make_dataplane(model_store)
+    counts = dp.router.counts
+
+    def outcomes() -> tuple[int, int, int]:
+        return tuple(counts[("m", "v1", "broken", outcome)] for outcome in ("error", "paused", "agree"))
+
+    async def one_by_one(n: int) -> None:
+        for i in range(n):
+            assert await dp.infer(request(float(i + 1)), answer) == ("v1", 2.0 * (i + 1))
+            await dp.router.drain()
+
+    async def go() -> list[tuple[int, int, int]]:
+        seen = []
+        await one_by_one(8)  # five errors in a row, then paused
+        seen.append(outcomes())
+        await asyncio.sleep(0.45)
+        await one_by_one(3)  # after 0.4 s one copy tries; it fails: paused for 0.8 s
+        seen.append(outcomes())
+        await asyncio.sleep(0.45)
+        await one_by_one(1)  # still paused
+        seen.append(outcomes())
+        (await dp.models.get("m", "broken")).predictor.fail = False
+        await asyncio.sleep(0.6)
+        await one_by_one(3)  # the try is answered: the pause ends
+        seen.append(outcomes())
+        return seen
+
+    with pool:
+        seen = asyncio.run(go())
+    assert seen == [(5, 3, 0), (6, 5, 0), (6, 6, 0), (6, 6, 3)]
 
 
 def test_a_shadow_copy_is_compared_and_its_agreement_and_latency_recorded(registry, model_store):
