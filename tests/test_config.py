@@ -85,6 +85,31 @@ def test_retention_by_a_nested_score_and_unscored_rank_last(tmp_path):
     assert store.read_json(store.index_path("run"))["best"] == "checkpoint_000001"
 
 
+def test_retention_keeps_the_versions_an_alias_or_a_route_serves(tmp_path):
+    from trainwire_coordinator.model_registry import ModelRegistry
+
+    store = Store(str(tmp_path))
+    manager = CheckpointManager(store, "run", "name", CheckpointConfig(num_to_keep=1))
+    registry = ModelRegistry(store)
+    _commit(manager, store, 1, {})
+    registry.set_alias("name", "production", "checkpoint_000001")
+    _commit(manager, store, 2, {})
+    registry.set_route("name", [("checkpoint_000002", 100)], shadow="production")
+    for index in (3, 4):
+        _commit(manager, store, index, {})
+    kept = ["checkpoint_000001", "checkpoint_000002", "checkpoint_000004"]
+    assert sorted(store.list_dir(store.path("runs", "run", "checkpoints"))) == kept
+    assert [c["id"] for c in store.read_json(store.index_path("run"))["checkpoints"]] == kept
+    # Once nothing serves them, the next commit drops them.
+    registry.set_route("name", [])
+    registry.set_alias("name", "production", "checkpoint_000004")
+    _commit(manager, store, 5, {})
+    assert sorted(store.list_dir(store.path("runs", "run", "checkpoints"))) == [
+        "checkpoint_000004",
+        "checkpoint_000005",
+    ]
+
+
 def test_flatten_metrics():
     assert flatten_metrics({"a": {"b": 1, "c": {"d": 2}}, "e": 3}) == {"a/b": 1, "a/c/d": 2, "e": 3}
 

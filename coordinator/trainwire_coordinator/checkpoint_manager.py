@@ -11,6 +11,7 @@ from google.protobuf import json_format, timestamp_pb2
 
 from trainwire.checkpoint import PREPROCESSOR_NAME
 from trainwire.config import CheckpointConfig
+from trainwire_core.errors import NotFoundError
 from trainwire_core.storage import MANIFEST_NAME, Store
 from trainwire_core.structs import flatten_metrics
 from trainwire_core.v1 import common_pb2
@@ -171,9 +172,28 @@ class CheckpointManager:
         latest = self.latest
         keep = {c.checkpoint_id for c in self.ranked()[:keep_n]}
         keep.add(latest.checkpoint_id)  # the latest is what a restart resumes from
+        keep |= self._served()
         dropped = [c for c in self.checkpoints if c.checkpoint_id not in keep]
         self.checkpoints = [c for c in self.checkpoints if c.checkpoint_id in keep]
         return dropped
+
+    def _served(self) -> set[str]:
+        """The checkpoint ids the model registry points at (aliases, weights, shadow).
+
+        Retention keeps them past ``num_to_keep``: deleting the version an operator pinned as
+        ``production`` would leave the predictors answering NOT_FOUND for it.
+        """
+        try:
+            state = self.store.read_json(self.store.aliases_path(self.run_id))
+        except NotFoundError:
+            return set()
+        if not isinstance(state, dict):
+            return set()
+        served = {str(v) for v in (state.get("aliases") or {}).values()}
+        route = state.get("route") or {}
+        served.update(str(w.get("version")) for w in route.get("weights") or () if isinstance(w, dict))
+        served.add(str(route.get("shadow") or ""))
+        return served
 
     def write_index(self) -> None:
         best, latest = self.best, self.latest
