@@ -196,6 +196,13 @@ class Predictor:
     # call without framework-specific arguments.
     compiled: Any = None
 
+    def prepare_for_batches(self) -> None:
+        """Readies the model for calls of many rows at once; the predictor service calls it on a model it batches.
+
+        The default does nothing; a framework whose kernels favour another layout of the
+        weights for multi-row calls lays them out here, once, at load.
+        """
+
     def use_compiled(self, compiled: Any) -> None:
         """Scores with ``compiled`` from now on (None: the framework's own predict again)."""
         self.compiled = compiled

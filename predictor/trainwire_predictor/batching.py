@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import logging
 import time
 from collections.abc import Callable
 from concurrent.futures import Executor
@@ -64,6 +65,9 @@ from trainwire_predictor.statistics import Recorder, Timing, now_ns
 SCORING_ERRORS = (ValueError, TypeError, KeyError, IndexError, RuntimeError)
 
 Batch = dict[str, np.ndarray] | np.ndarray
+
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -263,6 +267,24 @@ def parse_batching(text: str) -> Callable[[LoadedModel], DynamicBatching | None]
         return FRAMEWORK_BATCHING.get(model.framework)
 
     return lookup
+
+
+def prepare_batched(lookup: Callable[[LoadedModel], DynamicBatching | None]) -> Callable[[LoadedModel], None]:
+    """What the model repository runs on each model it loads (in its loading thread).
+
+    A model that ``lookup`` batches is readied for multi-row calls (``Predictor.prepare_for_batches``);
+    a failure there is logged, and the model serves as it loaded.
+    """
+
+    def prepare(model: LoadedModel) -> None:
+        if lookup(model) is None:
+            return
+        try:
+            model.predictor.prepare_for_batches()
+        except Exception:  # noqa: BLE001 - the model serves as loaded
+            logger.warning("cannot prepare model %s for batched calls", model.ref.run_id, exc_info=True)
+
+    return prepare
 
 
 def score(request: InferenceRequest, model: LoadedModel, batch: Batch) -> dict[str, np.ndarray]:

@@ -195,6 +195,7 @@ class ModelRepository:
             least recently used go first, never one with requests in flight.
         index_refresh_s: Age after which a cached index or name is read again.
         loader: Loads (store, run_id, checkpoint_id) -> (framework, Predictor); tests inject fakes.
+        prepare: Run on each loaded model in a thread before it serves (e.g. ``prepare_batched``).
         compile_tree_models: Compile XGBoost and LightGBM models for serving (else the framework predicts).
         compiler: Compiles and caches the libraries (default: a ``TreeCompiler``).
     """
@@ -207,6 +208,7 @@ class ModelRepository:
         cache_bytes: int = 0,
         index_refresh_s: float = 1.0,
         loader: Callable[[Store, str, str], tuple[str, Predictor]] = load_predictor,
+        prepare: Callable[[LoadedModel], None] | None = None,
         compile_tree_models: bool = False,
         compiler: TreeCompiler | None = None,
     ) -> None:
@@ -216,6 +218,7 @@ class ModelRepository:
         self.evictions = 0
         self.index_refresh_s = index_refresh_s
         self.loader = loader
+        self.prepare = prepare
         self.loads: collections.Counter[tuple[str, str]] = collections.Counter()
         self.verifications: collections.Counter[tuple[str, str]] = collections.Counter()
         # Manifest checks, once per checkpoint: passed, or the mismatch found (checkpoints are immutable).
@@ -450,6 +453,8 @@ class ModelRepository:
         model = LoadedModel(
             ref, framework, predictor, inputs, outputs, size_bytes=await asyncio.to_thread(self._size, ref)
         )
+        if self.prepare is not None:
+            await asyncio.to_thread(self.prepare, model)
         if self.compile_tree_models and supports(framework, predictor):
             await self._compile(model)  # never raises: the framework serves where compiling fails
         self._cache[ref.key] = model

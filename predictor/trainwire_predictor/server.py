@@ -27,7 +27,7 @@ from trainwire_core.serving import (
 )
 from trainwire_core.storage import Store
 from trainwire_core.tls import add_port, add_tls_arguments
-from trainwire_predictor.batching import Batcher, parse_batching
+from trainwire_predictor.batching import Batcher, parse_batching, prepare_batched
 from trainwire_predictor.dataplane import DataPlane
 from trainwire_predictor.metrics import PredictorMetrics
 from trainwire_predictor.model_repository import ModelRepository
@@ -73,11 +73,13 @@ class PredictorServer:
             "TRAINWIRE_PREDICTOR_AUTH_TOKEN",
         )
         store = await asyncio.to_thread(Store, settings.store)
+        batching = parse_batching(settings.dynamic_batching)
         self.models = ModelRepository(
             store,
             cache_size=settings.model_cache_size,
             cache_bytes=settings.model_cache_bytes,
             index_refresh_s=settings.index_refresh_s,
+            prepare=prepare_batched(batching),
             compile_tree_models=settings.compile_tree_models,
         )
         self.executor = ThreadPoolExecutor(max(1, settings.worker_threads), thread_name_prefix="trainwire-predict")
@@ -95,7 +97,7 @@ class PredictorServer:
             Batcher(
                 self.executor,
                 inline_budget_ns=int(settings.inline_budget_us * 1000),
-                batching=parse_batching(settings.dynamic_batching),
+                batching=batching,
             ),
             recorders=[self.metrics] if self.metrics else [],
             router=Router(

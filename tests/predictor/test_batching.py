@@ -19,6 +19,7 @@ from trainwire_predictor.batching import (
     Batcher,
     DynamicBatching,
     parse_batching,
+    prepare_batched,
 )
 from trainwire_predictor.grpc_codec import request_from_proto
 from trainwire_predictor.inference import InferenceRequest
@@ -283,6 +284,32 @@ def test_without_a_policy_each_request_is_its_own_call():
     results = run_batched(model, [typed_request([float(i)], str(i), "<f8") for i in range(6)], None)
     assert [r.outputs[0][1].tolist() for r in results] == [[2.0 * i] for i in range(6)]
     assert predictor.calls == [1] * 6
+
+
+def test_only_a_model_that_is_batched_is_prepared_for_batches_and_a_failure_leaves_it_serving():
+    class Recording(Shaped):
+        def __init__(self, fail: bool = False) -> None:
+            super().__init__()
+            self.prepared, self.fail = 0, fail
+
+        def prepare_for_batches(self) -> None:
+            self.prepared += 1
+            if self.fail:
+                raise RuntimeError("cannot lay out")
+
+    prepare = prepare_batched(parse_batching('{"tensorflow": null}'))
+    models = {
+        framework: LoadedModel(ModelRef(f"run-{framework}", framework, "c1"), framework, Recording(), [], [])
+        for framework in ("torch", "tensorflow", "xgboost")
+    }
+    for model in models.values():
+        prepare(model)
+    assert {name: model.predictor.prepared for name, model in models.items()} == {
+        "torch": 1,
+        "tensorflow": 0,
+        "xgboost": 0,
+    }
+    prepare(LoadedModel(ModelRef("run-t2", "t2", "c1"), "torch", Recording(fail=True), [], []))  # logged, no raise
 
 
 def test_a_models_policy_beats_its_frameworks_which_beats_the_default():

@@ -72,6 +72,27 @@ def test_torch_predictor_whole_model_and_state_dict(tmp_path, valid_x):
     np.testing.assert_allclose(by_state.to_numpy(), expected, rtol=1e-6)
 
 
+def test_a_torch_predictor_prepared_for_batches_keeps_its_weights_and_answers(valid_x):
+    import torch
+
+    from trainwire.torch.predictor import TorchPredictor
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(30, 64), torch.nn.ReLU(), torch.nn.Linear(64, 2))
+    weights = [layer.weight.detach().clone() for layer in (model[0], model[2])]
+    x = valid_x.to_numpy(np.float32)
+    predictor = TorchPredictor(model)
+    before = predictor.predict(x)["predictions"]
+    predictor.prepare_for_batches()
+    for layer, weight in zip((model[0], model[2]), weights):
+        # The same values and shape, stored transposed: the transpose is contiguous now.
+        assert torch.equal(layer.weight, weight) and layer.weight.t().is_contiguous()
+        assert isinstance(layer.weight, torch.nn.Parameter)
+    np.testing.assert_allclose(predictor.predict(x)["predictions"], before, rtol=1e-5, atol=1e-6)
+    for rows in (1, 2, 8):
+        np.testing.assert_allclose(predictor.predict(x[:rows])["predictions"], before[:rows], rtol=1e-5, atol=1e-6)
+
+
 def test_sklearn_predictor(tmp_path, cancer_data, features, valid_x):
     import cloudpickle
     from sklearn.linear_model import LogisticRegression

@@ -74,7 +74,9 @@ def test_torch_model_takes_one_2d_tensor(predictor_client, torch_result, valid_x
     from trainwire.torch.predictor import TorchPredictor
 
     x = valid_x.to_numpy(np.float32)
-    expected = pd.DataFrame(TorchPredictor.from_checkpoint(torch_result.checkpoint).predict(x))
+    local = TorchPredictor.from_checkpoint(torch_result.checkpoint)
+    local.prepare_for_batches()  # as the predictor prepares a model it batches
+    expected = pd.DataFrame(local.predict(x))
     pd.testing.assert_frame_equal(predictor_client.predict("pred-cancer-torch", x), expected)
     meta = predictor_client.model_metadata("pred-cancer-torch")
     assert meta["inputs"] == [{"name": "input", "datatype": "FP32", "shape": ["-1", "-1"]}]
