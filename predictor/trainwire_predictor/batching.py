@@ -30,7 +30,8 @@ of the same input form, and their rows go in one call of at most
 batch size. An ``adaptive`` policy also starts a call as soon as its queue holds as
 many rows as the model has held at once lately (queued and in calls, within the last
 second or two): a closed loop of N callers gathers its N rows without waiting out
-the delay, and a lone caller is scored at once. Such a model's answer for a row may
+the delay, and a lone caller is scored at once. Its delay counts from when the model
+was last free, so callers that a slow call split into two groups join again. Such a model's answer for a row may
 differ from its answer alone in the last bits (other kernels for other batch
 shapes), which is why each framework chooses (``FRAMEWORK_BATCHING``) and each
 model may choose again.
@@ -82,7 +83,8 @@ class DynamicBatching:
             while one is scored, and the calls share the cores.
         adaptive: Start a call once the queue holds as many rows as the model has held at once
             lately (its recent peak, less the rows in calls), without waiting out the delay: the
-            delay then bounds the wait only when fewer requests come than came before.
+            delay then bounds the wait only when fewer requests come than came before, and it
+            counts from when the model was last free to take a call.
     """
 
     max_batch_size: int = 64
@@ -201,12 +203,13 @@ PEAK_WINDOW_NS = 1_000_000_000
 class _Peak:
     """The most rows a model has held at once (queued and in calls) within the last one to two windows."""
 
-    __slots__ = ("held", "current", "previous", "since_ns")
+    __slots__ = ("held", "current", "previous", "since_ns", "freed_ns")
 
     def __init__(self) -> None:
         self.held = 0
         self.current = self.previous = 0
         self.since_ns = 0
+        self.freed_ns = 0  # when the last call ended
 
     def add(self, rows: int, now: int) -> None:
         self.held += rows
@@ -423,13 +426,18 @@ class Batcher:
         if not queue or self._inflight[key] >= policy.instances:
             return  # a call in flight schedules the next when it ends
         rows = sum(_rows(item.batch) for item in queue)
-        waited_ns = now_ns() - queue[0].timing.enqueued_ns
+        since_ns = queue[0].timing.enqueued_ns
         delay_ns = policy.max_queue_delay_us * 1000
         target = policy.max_batch_size
         if policy.adaptive:
             peak = self._peaks[key]
             # As many as were held at once lately, less those in calls now (they come back later).
             target = min(target, max(1, peak.peak - (peak.held - rows)))
+            # The delay counts from when the model was free to take a call: requests that queued
+            # behind a call wait for the others it answers, so callers split across two calls
+            # (a slow turn of the machine) join again instead of staying split.
+            since_ns = max(since_ns, peak.freed_ns)
+        waited_ns = now_ns() - since_ns
         if rows >= target or rows in policy.preferred_batch_sizes or waited_ns >= delay_ns:
             timer = self._timers.pop(key, None)
             if timer is not None:
@@ -557,6 +565,7 @@ class Batcher:
         peak = self._peaks.get(key)
         if peak is not None:
             peak.held -= sum(_rows(item.batch) for item in items)
+            peak.freed_ns = now_ns()
         for item, result in zip(items, results):
             if item.future.done():
                 continue

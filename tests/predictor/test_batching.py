@@ -279,6 +279,42 @@ def test_an_adaptive_policy_gathers_a_closed_loop_of_callers_and_never_holds_a_l
         parse_batching('{"torch": {"adaptive": "yes"}}')
 
 
+def test_an_adaptive_policy_joins_callers_again_that_a_busy_call_split():
+    class Slow(Shaped):
+        def _predict_numpy(self, data: np.ndarray, **kwargs) -> np.ndarray:
+            import time
+
+            time.sleep(0.1)
+            return super()._predict_numpy(data, **kwargs)
+
+    predictor = Slow()
+    inputs, outputs = describe(predictor)
+    predictor.calls.clear()  # describe's probe
+    model = LoadedModel(ModelRef("run-slow", "slow", "c1"), "fake", predictor, inputs, outputs)
+    policy = DynamicBatching(max_batch_size=64, max_queue_delay_us=50_000, adaptive=True)
+
+    async def callers() -> list[list[float]]:
+        with ThreadPoolExecutor(2) as pool:
+            batcher = Batcher(pool, batching=lambda m: policy)
+
+            async def caller(k: int) -> list[float]:
+                answers = []
+                for i in range(4):
+                    response = await batcher.infer(typed_request([float(10 * k + i)], f"{k}-{i}", "<f8"), model)
+                    answers.append(response.outputs[0][1].tolist()[0])
+                return answers
+
+            return await asyncio.gather(*(caller(k) for k in range(4)))
+
+    answers = asyncio.run(callers())
+    assert answers == [[2.0 * (10 * k + i) for i in range(4)] for k in range(4)]
+    # The first caller goes alone; the three queued behind its 100 ms call have waited longer
+    # than the 50 ms delay, but the delay counts from when the model is free: they wait for the
+    # first caller's next request, and all four go together from then on (counted from their
+    # arrival, the calls would go 1, 3, 1, 3, ...).
+    assert predictor.calls[:4] == [1, 4, 4, 4]
+
+
 def test_without_a_policy_each_request_is_its_own_call():
     predictor, model = shaped_model()
     results = run_batched(model, [typed_request([float(i)], str(i), "<f8") for i in range(6)], None)
