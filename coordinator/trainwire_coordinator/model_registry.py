@@ -145,10 +145,13 @@ class ModelRegistry:
             The model's registry state after the removal.
 
         Raises:
+            InvalidArgumentError: No alias (``alias``).
             NotFoundError: No such model (``model``) or alias (``alias``).
             FailedPreconditionError: The traffic policy weights or shadows the alias (``alias``):
                 removing it would leave the policy pointing nowhere.
         """
+        if not alias:
+            raise InvalidArgumentError("alias is required (the alias to remove)", field="alias")
         with self._lock:
             model = self.model(name)
             state = self._state(model)

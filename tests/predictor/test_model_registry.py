@@ -136,6 +136,9 @@ def test_deleting_an_alias_is_kept_in_the_history_and_refused_while_routed(addre
     ]
     code, _, err = run_cli(capsys, address, "alias", "ranker", "staging", "--delete")
     assert code == 1 and "NOT_FOUND" in err and "'staging'" in err and "(field alias)" in err
+    with ModelRegistryClient(address, token="ops-token") as client, pytest.raises(InvalidArgumentError) as err:
+        client.delete_alias("ranker", "")
+    assert err.value.field == "alias"
     with pytest.raises(SystemExit, match="MODEL ALIAS --delete"):
         run_cli(capsys, address, "alias", "ranker", "staging", "c1", "--delete")
 
