@@ -31,10 +31,11 @@ batch size. An ``adaptive`` policy also starts a call as soon as its queue holds
 many rows as the model has held at once lately (queued and in calls, within the last
 second or two): a closed loop of N callers gathers its N rows without waiting out
 the delay, and a lone caller is scored at once. Its delay counts from when the model
-was last free, so callers that a slow call split into two groups join again. Such a model's answer for a row may
-differ from its answer alone in the last bits (other kernels for other batch
-shapes), which is why each framework chooses (``FRAMEWORK_BATCHING``) and each
-model may choose again.
+was last free, so callers that a slow call split into two groups join again. Such a
+model's answer for a row may differ from its answer alone in the last bits (other
+kernels for other batch shapes), which is why each framework chooses
+(``FRAMEWORK_BATCHING``) and each model may choose again. A model that is batched is
+prepared for multi-row calls when it loads (``prepare_batched``).
 Whatever batches, answers are split back to their requests, and a call that
 fails is retried request by request, so a bad row fails only its own request.
 
