@@ -525,7 +525,7 @@ class Batcher:
             return
         self._inflight[key] += 1
         if inline and self._inline(model, rows):
-            self._settle(key, model, items, self._score_timed(model, items, rows))
+            self._settle(key, model, items, rows, self._score_timed(model, items, rows))
             return
         # One hop each way: the thread hands its results straight to the loop (run_in_executor's
         # futures would take two more loop turns before the callers' futures are set).
@@ -533,7 +533,7 @@ class Batcher:
         try:
             self.executor.submit(self._score_and_settle, loop, key, model, items, rows)
         except RuntimeError as exc:  # the executor is shut down
-            self._settle(key, model, items, [exc] * len(items))
+            self._settle(key, model, items, rows, [exc] * len(items))
 
     def _score_and_settle(
         self, loop: asyncio.AbstractEventLoop, key: Any, model: LoadedModel, items: list[_Item], rows: int
@@ -544,7 +544,7 @@ class Batcher:
         except BaseException as exc:  # noqa: BLE001 - answered to every caller of the call
             results = [exc] * len(items)
         try:
-            loop.call_soon_threadsafe(self._settle, key, model, items, results)
+            loop.call_soon_threadsafe(self._settle, key, model, items, rows, results)
         except RuntimeError:
             pass  # the loop is closed: nobody is waiting any more
 
@@ -561,11 +561,11 @@ class Batcher:
         model.ns_per_row = per_row if model.ns_per_row is None else 0.8 * model.ns_per_row + 0.2 * per_row
         return results
 
-    def _settle(self, key: Any, model: LoadedModel, items: list[_Item], results: list[Any]) -> None:
+    def _settle(self, key: Any, model: LoadedModel, items: list[_Item], rows: int, results: list[Any]) -> None:
         self._done_one(key)
         peak = self._peaks.get(key)
         if peak is not None:
-            peak.held -= sum(_rows(item.batch) for item in items)
+            peak.held -= rows
             peak.freed_ns = now_ns()
         for item, result in zip(items, results):
             if item.future.done():
