@@ -11,6 +11,7 @@ from google.protobuf import json_format, timestamp_pb2
 
 from trainwire.checkpoint import PREPROCESSOR_NAME
 from trainwire.config import CheckpointConfig
+from trainwire_coordinator.model_registry import route_targets
 from trainwire_core.errors import NotFoundError
 from trainwire_core.storage import MANIFEST_NAME, Store
 from trainwire_core.structs import flatten_metrics
@@ -189,11 +190,7 @@ class CheckpointManager:
             return set()
         if not isinstance(state, dict):
             return set()
-        served = {str(v) for v in (state.get("aliases") or {}).values()}
-        route = state.get("route") or {}
-        served.update(str(w.get("version")) for w in route.get("weights") or () if isinstance(w, dict))
-        served.add(str(route.get("shadow") or ""))
-        return served
+        return {str(v) for v in (state.get("aliases") or {}).values()} | route_targets(state.get("route") or {})
 
     def write_index(self) -> None:
         best, latest = self.best, self.latest

@@ -157,8 +157,7 @@ class ModelRegistry:
             state = self._state(model)
             if alias not in state["aliases"]:
                 raise NotFoundError(f"model {name!r} has no alias {alias!r}", field="alias")
-            route = state["route"]
-            if alias == route.get("shadow") or any(w["version"] == alias for w in route["weights"]):
+            if alias in route_targets(state["route"]):
                 raise FailedPreconditionError(
                     f"alias {alias!r} is in model {name!r}'s traffic policy; set a policy without it first",
                     field="alias",
@@ -223,6 +222,14 @@ class ModelRegistry:
             state["run_id"] = model.run_id
             self.store.write_json(self.store.aliases_path(model.run_id), state)
         return {**state, "model": name}
+
+
+def route_targets(route: dict[str, Any]) -> set[str]:
+    """The versions and aliases a traffic policy names: its weights' and its shadow."""
+    targets = {str(w.get("version")) for w in route.get("weights") or () if isinstance(w, dict)}
+    if route.get("shadow"):
+        targets.add(str(route["shadow"]))
+    return targets
 
 
 def check_weights(weights: Sequence[tuple[str, int]]) -> None:
