@@ -93,6 +93,8 @@ def coordinator(ray_cluster, tmp_path_factory):
             worker_pool_idle_s=3,
             # This one-node Ray never gains nodes: refuse what it cannot hold at once.
             capacity_wait_s=0,
+            # Tests name datasets and storage paths in their own temporary directories.
+            allowed_path_prefixes=[f"file://{tmp_path_factory.getbasetemp()}"],
         )
     )
     address = thread.start()

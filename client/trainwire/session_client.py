@@ -37,6 +37,8 @@ _exported_ray_address = ""
 def _spawn_embedded(cmd: list[str]) -> tuple[subprocess.Popen, str]:
     global _exported_ray_address
     env = dict(os.environ, TRAINWIRE_COORDINATOR_EMBEDDED_OWNER=_OWNER)
+    # A coordinator embedded in the user's own program reads the user's own files and buckets.
+    env.setdefault("TRAINWIRE_COORDINATOR_ALLOWED_PATH_PREFIXES", '["file:///", "s3://"]')
     if _exported_ray_address and env.get("RAY_ADDRESS") == _exported_ray_address:
         del env["RAY_ADDRESS"]  # a restarted coordinator starts its Ray anew
     # stdin is a pipe only this process holds: when it dies, however, the coordinator sees EOF and stops.

@@ -13,6 +13,7 @@ from trainwire.checkpoint import PREPROCESSOR_NAME
 from trainwire.config import CheckpointConfig
 from trainwire_coordinator.model_registry import route_targets
 from trainwire_core.errors import NotFoundError
+from trainwire_core.manifest import CODE_TRUSTED_KEY
 from trainwire_core.storage import MANIFEST_NAME, Store
 from trainwire_core.structs import flatten_metrics
 from trainwire_core.v1 import common_pb2
@@ -46,8 +47,18 @@ class CheckpointManager:
     that is gone.
     """
 
-    def __init__(self, store: Store, run_id: str, run_name: str, config: CheckpointConfig, framework: str = "") -> None:
+    def __init__(
+        self,
+        store: Store,
+        run_id: str,
+        run_name: str,
+        config: CheckpointConfig,
+        framework: str = "",
+        code_trusted: bool = True,
+    ) -> None:
         self.store = store
+        # Written into every manifest: whether the predictor may load the checkpoint's pickles.
+        self.code_trusted = code_trusted
         self.run_id = run_id
         self.run_name = run_name
         self.config = config
@@ -155,6 +166,7 @@ class CheckpointManager:
                 "run_id": self.run_id,
                 "checkpoint_id": checkpoint_id,
                 "framework": self.framework,
+                CODE_TRUSTED_KEY: self.code_trusted,
                 "metrics": metrics,
                 "files": ckpt.files,
             },

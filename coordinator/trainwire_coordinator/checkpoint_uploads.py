@@ -60,9 +60,15 @@ def _check_header(header: coordinator_pb2.UploadCheckpointHeader) -> dict[str, A
 
 
 async def receive_checkpoint(
-    store: Store, run_id: str, requests: AsyncIterator[coordinator_pb2.UploadCheckpointRequest]
+    store: Store,
+    run_id: str,
+    requests: AsyncIterator[coordinator_pb2.UploadCheckpointRequest],
+    code_trusted: bool = False,
 ) -> tuple[coordinator_pb2.UploadCheckpointHeader, CheckpointManager]:
-    """Writes the uploaded files and commits them; nothing stays behind on bad input."""
+    """Writes the uploaded files and commits them; nothing stays behind on bad input.
+
+    ``code_trusted`` (the uploader holds submit-code) lets the predictor load the upload's pickles.
+    """
     expected: dict[str, Any] = {}
     received: dict[str, tuple[int, Any]] = {}  # path -> (bytes so far, sha256 state)
     directory = store.checkpoint_dir(run_id, UPLOADED_CHECKPOINT_ID)
@@ -113,7 +119,9 @@ async def receive_checkpoint(
                 )
             if size == 0:
                 store.write_bytes(f"{directory}/{path}", b"")
-        manager = CheckpointManager(store, run_id, header.run_name, CheckpointConfig(), framework="upload")
+        manager = CheckpointManager(
+            store, run_id, header.run_name, CheckpointConfig(), framework="upload", code_trusted=code_trusted
+        )
         manager.commit(
             UPLOADED_CHECKPOINT_ID,
             1,

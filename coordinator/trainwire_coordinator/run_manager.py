@@ -18,6 +18,7 @@ from trainwire.config import CheckpointConfig, FailureConfig, RunConfig, Scaling
 from trainwire_coordinator.backends import get_backend
 from trainwire_coordinator.checkpoint_manager import CheckpointManager
 from trainwire_coordinator.checkpoint_uploads import receive_checkpoint
+from trainwire_coordinator.code_policy import CodePolicy
 from trainwire_coordinator.controller import ControllerDeps, RunController
 from trainwire_coordinator.datasets import DatasetService
 from trainwire_coordinator.events import EventLog
@@ -31,7 +32,7 @@ from trainwire_coordinator.run_logs import LogReader, watch_logs
 from trainwire_coordinator.run_state import ACTIVE, TERMINAL
 from trainwire_coordinator.runtime_envs import PackageService, check_runtime_env
 from trainwire_coordinator.worker_pool import WorkerPool
-from trainwire_core.auth import SUBMIT_CODE, current_caller
+from trainwire_core.auth import SUBMIT_CODE, Caller, current_caller
 from trainwire_core.errors import (
     InvalidArgumentError,
     NotFoundError,
@@ -201,8 +202,12 @@ class RunManager:
         embedded_owner: str = "",
         log_max_bytes: int = 64 << 20,
         materialize_below_bytes: int = 0,
+        code_policy: CodePolicy | None = None,
+        pip_allowed_index_urls: Sequence[str] = (),
     ) -> None:
         self.metadata = metadata
+        self.code_policy = code_policy or CodePolicy(store)
+        self.pip_allowed_index_urls = tuple(pip_allowed_index_urls)
         self.store = store
         self.datasets = datasets
         self.events = EventLog(metadata, watch_poll_s)
@@ -280,9 +285,15 @@ class RunManager:
         run.updated_at.CopyFrom(_now())
         await self._write(self.metadata.update_run, _record(run))
 
-    def _validate(self, request: coordinator_pb2.FitRequest, *, check_capacity: bool = True) -> tuple[RunConfig, dict]:
+    def _validate(
+        self, request: coordinator_pb2.FitRequest, *, check_capacity: bool = True, caller: Caller | None = None
+    ) -> tuple[RunConfig, dict]:
+        """Checks a Fit as ``caller`` (the RPC's caller by default) may send it; blocking (store reads)."""
+        caller = caller or current_caller()
         backend = get_backend(request.framework)
         check_structs(request)
+        self._check_paths(request)
+        self.code_policy.check_code_names(request, caller)
         if request.HasField("scaling_config"):
             ScalingConfig.from_proto(request.scaling_config)
         else:
@@ -308,7 +319,12 @@ class RunManager:
                 "this coordinator does not accept pickled preprocessors", field="pickled_preprocessor"
             )
         if request.run_config.HasField("runtime_env"):
-            check_runtime_env(request.run_config.runtime_env, self.packages, allow_pip=self.allow_pip_installs)
+            check_runtime_env(
+                request.run_config.runtime_env,
+                self.packages,
+                allow_pip=self.allow_pip_installs,
+                allowed_index_urls=self.pip_allowed_index_urls,
+            )
         if request.HasField("preprocessor") and not request.pickled_preprocessor:
             build_preprocessor(request.preprocessor)
         datasets = {name: self.datasets.resolve(name, ref) for name, ref in request.datasets.items()}
@@ -333,6 +349,17 @@ class RunManager:
             )
         return run_config, datasets
 
+    def _check_paths(self, request: coordinator_pb2.FitRequest) -> None:
+        """Every path a Fit names lies in the store or an allowed prefix, before anything opens it."""
+        policy = self.code_policy
+        if request.run_config.storage_path:
+            policy.check_path(request.run_config.storage_path, "run_config.storage_path")
+        if request.resume_from_checkpoint:
+            policy.check_path(request.resume_from_checkpoint, "resume_from_checkpoint")
+        for name, ref in request.datasets.items():
+            if ref.uri and not ref.uri.startswith("datasets/"):
+                policy.check_path(ref.uri, f"datasets[{name}].uri")
+
     async def fit(
         self,
         request: coordinator_pb2.FitRequest,
@@ -346,7 +373,7 @@ class RunManager:
         if carried_code(request):
             caller.require(SUBMIT_CODE)
         # Dataset and checkpoint checks read the store; capacity asks Ray: off the event loop.
-        run_config, datasets = await asyncio.to_thread(self._validate, request)
+        run_config, datasets = await asyncio.to_thread(self._validate, request, caller=caller)
         store = await asyncio.to_thread(self._run_store, run_config.storage_path)
         run_id = uuid.uuid4().hex[:16]
         name = run_config.name or f"{request.framework}-{run_id[:8]}"
@@ -522,7 +549,8 @@ class RunManager:
     ) -> coordinator_pb2.CheckpointInfo:
         """Stores an uploaded checkpoint as the one checkpoint of a new SUCCEEDED run."""
         run_id = uuid.uuid4().hex[:16]
-        header, checkpoints = await receive_checkpoint(self.store, run_id, requests)
+        trusted = SUBMIT_CODE in current_caller().scopes
+        header, checkpoints = await receive_checkpoint(self.store, run_id, requests, code_trusted=trusted)
         run = coordinator_pb2.Run(
             run_id=run_id,
             name=header.run_name,

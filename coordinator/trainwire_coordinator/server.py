@@ -17,6 +17,7 @@ from pathlib import Path
 import grpc
 import ray
 
+from trainwire_coordinator.code_policy import CodePolicy
 from trainwire_coordinator.datasets import DatasetService
 from trainwire_coordinator.metadata import open_metadata_store
 from trainwire_coordinator.model_registry import ModelRegistry, ModelRegistryServicer
@@ -194,6 +195,8 @@ class CoordinatorServer:
             embedded_owner=settings.embedded_owner,
             log_max_bytes=settings.log_max_bytes_per_rank,
             materialize_below_bytes=settings.materialize_datasets_below_bytes,
+            code_policy=CodePolicy(store, settings.allowed_estimator_classes, settings.allowed_path_prefixes),
+            pip_allowed_index_urls=settings.pip_allowed_index_urls,
         )
         tokens = TokenTable.from_settings(settings.auth_token, settings.tokens)
         interceptors = [BearerTokenInterceptor(tokens, PROTECTED_SERVICES, METHOD_SCOPES)] if tokens else []

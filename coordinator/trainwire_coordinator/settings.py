@@ -36,6 +36,18 @@ class CoordinatorSettings(BaseSettings):
     allow_pickled_code: bool = True
     # Install a run's runtime_env pip requirements on the workers (code from a package index).
     allow_pip_installs: bool = True
+    # Package indexes a runtime_env pip line may name (--index-url, --extra-index-url, -i);
+    # empty: none, the workers' own pip configuration decides.
+    pip_allowed_index_urls: list[str] = []
+    # Estimator classes a declarative trainer may name without the submit-code scope, as
+    # fnmatch patterns over "module.Class" (each must also be a scikit-learn estimator); the
+    # train loops that installed packages declare in the "trainwire.train_loops" entry-point
+    # group are allowed too. A submit-code token may name any class or entry point.
+    allowed_estimator_classes: list[str] = ["sklearn.*"]
+    # Where a request may name data beyond the store (storage_path, resume_from_checkpoint,
+    # dataset URIs): URI prefixes such as "s3://team-data/" or "file:///srv/data/". Empty: the
+    # store and uploads only.
+    allowed_path_prefixes: list[str] = []
     # Largest runtime-environment package (zip) accepted, in bytes.
     max_package_bytes: int = 100 * 1024 * 1024
     # The most of one rank's output (per attempt) the store keeps; older lines are rotated away.

@@ -48,6 +48,8 @@ class Framework:
             file it holds is taken.
         serving_kwargs: ``predictor.from_checkpoint`` options the predictor service uses.
         compiles_trees: The predictor may compile the main model file with Treelite.
+        unpickles: Loading its model may run code stored in the checkpoint (pickle, a full torch
+            model, Keras or RLlib objects): the predictor loads it only from a trusted checkpoint.
     """
 
     name: str
@@ -59,6 +61,7 @@ class Framework:
     detection_order: int = 100
     serving_kwargs: Mapping[str, Any] = field(default_factory=dict)
     compiles_trees: bool = False
+    unpickles: bool = True
 
     def trainer_class(self) -> type:
         return load_object(self.trainer)

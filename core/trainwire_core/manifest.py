@@ -48,6 +48,29 @@ def read_manifest(store: Store, directory: str, label: str = "") -> list[Manifes
     return entries
 
 
+# The manifest's key that says who wrote the checkpoint's files: True when trainwire's own code or a
+# caller holding submit-code did, so its pickled files may be loaded; False for an upload without it.
+CODE_TRUSTED_KEY = "code_trusted"
+
+
+def is_code_trusted(store: Store, directory: str) -> bool:
+    """Whether a committed checkpoint's pickled files may be loaded (its manifest vouches for them).
+
+    A checkpoint without a manifest, or whose manifest predates the mark, is not trusted.
+
+    Raises:
+        DataLossError: The manifest exists but is not JSON.
+    """
+    path = f"{directory}/{MANIFEST_NAME}"
+    if not store.exists(path):
+        return False
+    try:
+        manifest = json.loads(store.read_bytes(path))
+    except ValueError as exc:
+        raise DataLossError(f"checkpoint {store.uri_of(directory)}: file {MANIFEST_NAME!r} is not JSON") from exc
+    return isinstance(manifest, dict) and manifest.get(CODE_TRUSTED_KEY) is True
+
+
 def _sha256(fs: pafs.FileSystem, path: str) -> str:
     digest = hashlib.sha256()
     with fs.open_input_stream(path) as f:

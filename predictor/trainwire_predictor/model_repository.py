@@ -31,12 +31,12 @@ from typing import Any
 
 import numpy as np
 
-from trainwire.checkpoint import Checkpoint
+from trainwire.checkpoint import DICT_CHECKPOINT_NAME, PREPROCESSOR_NAME, Checkpoint
 from trainwire.predictor import Predictor
 from trainwire_core import frameworks
 from trainwire_core.errors import DataLossError, FailedPreconditionError, NotFoundError, TrainwireError
 from trainwire_core.inference.codec import NUMERIC, datatype_of
-from trainwire_core.manifest import read_manifest, verify_checkpoint
+from trainwire_core.manifest import is_code_trusted, read_manifest, verify_checkpoint
 from trainwire_core.storage import MANIFEST_NAME, RUN_ID_RE, Store
 from trainwire_predictor.compiled_trees import CompileResult, TreeCompiler, supports
 
@@ -141,6 +141,27 @@ def detect_framework(store: Store, directory: str) -> str:
     raise FailedPreconditionError(f"cannot tell the framework of checkpoint {store.uri_of(directory)}")
 
 
+# Checkpoint files any framework's loader unpickles when present.
+PICKLED_FILES = (PREPROCESSOR_NAME, DICT_CHECKPOINT_NAME)
+
+
+def check_code_trusted(store: Store, directory: str, declared: frameworks.Framework) -> None:
+    """Refuses to load pickles from a checkpoint no authorised caller vouched for (an upload without submit-code).
+
+    Raises:
+        FailedPreconditionError: The checkpoint needs unpickling and its manifest does not trust it.
+    """
+    pickled = [name for name in PICKLED_FILES if store.exists(f"{directory}/{name}")]
+    if declared.unpickles:
+        pickled.insert(0, declared.model_file or "its model folder")
+    if pickled and not is_code_trusted(store, directory):
+        raise FailedPreconditionError(
+            f"its {declared.name} checkpoint holds pickled files ({', '.join(pickled)}) and was uploaded without "
+            "the 'submit-code' scope; loading them would run the uploader's code. Upload it again with a "
+            "submit-code token, or upload a model file that is data (XGBoost, LightGBM)"
+        )
+
+
 def load_predictor(store: Store, run_id: str, checkpoint_id: str) -> tuple[str, Predictor]:
     """Loads one committed checkpoint with its framework's Predictor (blocking).
 
@@ -154,6 +175,7 @@ def load_predictor(store: Store, run_id: str, checkpoint_id: str) -> tuple[str, 
         raise FailedPreconditionError(
             f"the predictor cannot serve {framework!r} checkpoints; it serves {', '.join(frameworks.names())}"
         )
+    check_code_trusted(store, directory, declared)
     predictor_cls = declared.predictor_class()
     kwargs = dict(declared.serving_kwargs)
     checkpoint = Checkpoint(store.uri_of(directory))

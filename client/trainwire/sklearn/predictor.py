@@ -10,6 +10,7 @@ import pandas as pd
 from trainwire.checkpoint import Checkpoint
 from trainwire.predictor import Predictor
 from trainwire.sklearn.framework import FRAMEWORK
+from trainwire_core.errors import FailedPreconditionError
 
 
 class SklearnPredictor(Predictor):
@@ -34,6 +35,10 @@ class SklearnPredictor(Predictor):
         from trainwire.sklearn.checkpoint import SklearnCheckpoint
 
         estimator = SklearnCheckpoint(checkpoint.path, checkpoint.filesystem).get_estimator()
+        if not callable(getattr(estimator, "predict", None)):
+            raise FailedPreconditionError(
+                f"the checkpoint's model is a {type(estimator).__name__}, not an estimator with predict()"
+            )
         return cls(estimator, **cls.checkpoint_defaults(checkpoint, kwargs))
 
     @property

@@ -13,4 +13,6 @@ FRAMEWORK = Framework(
     # Many small batches at once: one thread each (results are the same).
     serving_kwargs={"nthread": 1},
     compiles_trees=True,
+    # Its model file is data (UBJSON / text), read without running anything in it.
+    unpickles=False,
 )
