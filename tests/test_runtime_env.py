@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import http.server
 import io
 import os
+import shutil
 import subprocess
 import sys
+import threading
 import zipfile
 
 import grpc
@@ -189,6 +193,34 @@ def wheel(tmp_path_factory):
     return sample_project.build_wheel(tmp_path_factory.mktemp("wheels"))
 
 
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture(scope="module")
+def local_index(tmp_path_factory, wheel):
+    """A package index on loopback (PEP 503 simple pages) that serves the wheel: its /simple/ URL."""
+    root = tmp_path_factory.mktemp("index")
+    (root / "files").mkdir()
+    shutil.copy(wheel, root / "files" / wheel.name)
+    (root / "simple" / "twtiny").mkdir(parents=True)
+    (root / "simple" / "twtiny" / "index.html").write_text(f'<a href="/files/{wheel.name}">{wheel.name}</a>\n')
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_QuietHandler, directory=root))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/simple/"
+    server.shutdown()
+    thread.join()
+
+
+@pytest.fixture
+def index_allowed(coordinator, local_index, monkeypatch):
+    """The session's coordinator allows no index (pip may not read local wheels): this one, for a test."""
+    monkeypatch.setattr(coordinator.server.runs, "pip_allowed_index_urls", (local_index,))
+    return local_index
+
+
 _project = sample_project.write
 
 
@@ -204,9 +236,11 @@ def _run(project, coordinator_address) -> tuple[dict, float, str]:
     return eval(metrics_text), float(seconds), done.stderr  # noqa: S307 - our own script's dict
 
 
-def test_a_multi_file_project_trains_with_its_runtime_env(coordinator_address, client, tmp_path, wheel):
+def test_a_multi_file_project_trains_with_its_runtime_env(coordinator_address, client, tmp_path, index_allowed):
     project = tmp_path / "project"
-    env = f'{{"working_dir": ".", "pip": [{str(wheel)!r}], "env_vars": {{"MODE": "fast"}}}}'
+    # pip applies --index-url only on a line of its own (on a requirement's line it is ignored).
+    pip = [f"--index-url {index_allowed}", "twtiny"]
+    env = f'{{"working_dir": ".", "pip": {pip!r}, "env_vars": {{"MODE": "fast"}}}}'
     _project(project, "runtime-env-project", env)
     assert str(project) not in sys.path and os.getcwd() != str(project)
     metrics, first_s, _ = _run(project, coordinator_address)
@@ -215,7 +249,7 @@ def test_a_multi_file_project_trains_with_its_runtime_env(coordinator_address, c
     assert metrics["project_on_path"] is False and metrics["cwd_is_project"] is False
     run = next(r for r in client.list_runs().runs if r.name == "runtime-env-project")
     reasons = [e.state_change.reason for e in client.watch_run(run.run_id) if e.WhichOneof("kind") == "state_change"]
-    assert "installing runtime environment (1 packages)" in reasons  # the wait shows its reason
+    assert "installing runtime environment (2 packages)" in reasons  # the wait shows its reason
     metrics, second_s, _ = _run(project, coordinator_address)
     assert metrics["tiny"] == 7
     print(f"runtime_env fit: first {first_s:.1f} s (pip install), second {second_s:.1f} s (cached)")
@@ -251,13 +285,24 @@ def test_modules_imported_inside_the_loop_are_found(tmp_path, monkeypatch):
     assert runtime_env.local_modules([loop]) == {"localpkg": str(tmp_path / "localpkg")}
 
 
-def test_a_failing_pip_install_fails_the_run_with_pips_error(coordinator_address, tmp_path):
+def test_a_failing_pip_install_fails_the_run_with_pips_error(coordinator_address, tmp_path, index_allowed):
     project = tmp_path / "project"
-    _project(project, "runtime-env-bad-pip", f'{{"pip": [{str(tmp_path / "missing-0.1-py3-none-any.whl")!r}]}}')
+    _project(project, "runtime-env-bad-pip", f'{{"pip": ["--index-url {index_allowed}", "trainwire-missing-pkg"]}}')
     env = {**os.environ, "TRAINWIRE_ADDRESS": coordinator_address}
     done = subprocess.run(
         [sys.executable, "train.py"], cwd=project, capture_output=True, text=True, env=env, timeout=300
     )
     assert done.returncode != 0
     assert "pip could not install the runtime environment" in done.stderr
-    assert "missing-0.1-py3-none-any.whl" in done.stderr
+    assert "trainwire-missing-pkg" in done.stderr
+
+
+def test_a_pip_line_that_reads_a_worker_file_is_refused_at_fit(coordinator_address, tmp_path):
+    project = tmp_path / "project"
+    _project(project, "runtime-env-read-file", '{"pip": ["--index-url=http://127.0.0.1:1 -r /etc/passwd"]}')
+    env = {**os.environ, "TRAINWIRE_ADDRESS": coordinator_address}
+    done = subprocess.run(
+        [sys.executable, "train.py"], cwd=project, capture_output=True, text=True, env=env, timeout=300
+    )
+    assert done.returncode != 0
+    assert "run_config.runtime_env.pip[0]" in done.stderr and "root:" not in done.stderr
