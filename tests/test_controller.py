@@ -18,6 +18,7 @@ from trainwire_coordinator.controller_states import (
     Cancelled,
     Failed,
     FittingPreprocessor,
+    PreparingShards,
     Running,
     Starting,
     Succeeded,
@@ -192,9 +193,12 @@ class FakeCheckpoints:
 class FakeData:
     """A preprocessor whose fit waits until the test lets it finish, and shards as plain dicts."""
 
-    def __init__(self) -> None:
+    def __init__(self, slow_shards: bool = False) -> None:
         self.fitted = False
         self.fit_may_end = threading.Event()
+        self.shards_may_end = threading.Event()
+        if not slow_shards:
+            self.shards_may_end.set()
 
     def preprocessor_unfitted(self) -> bool:
         return not self.fitted
@@ -205,6 +209,7 @@ class FakeData:
         return "fitted"
 
     def shards(self, world_size: int, reservation: Any, uses_ray_data: bool) -> list[dict[str, Any]]:
+        self.shards_may_end.wait(5)
         return [{"train": f"shard {rank} of {world_size}"} for rank in range(world_size)]
 
 
@@ -563,6 +568,28 @@ def test_ranks_left_running_after_others_finished_are_named_then_failed(tmp_path
         assert h.states[-1] == S.RUNNING and "after ranks 0 finished" in h.reasons()[-1]
         await h.done()
         assert h.states[-1] == S.FAILED and h.run.error.exc_type == "StalledError"
+
+    _run(scenario())
+
+
+def test_slow_shards_say_what_they_wait_for_and_a_cancel_ends_the_wait(tmp_path):
+    async def scenario() -> None:
+        data = FakeData(slow_shards=True)
+        data.fitted = True
+        h = Harness(tmp_path, data=data, cpus=0.0)
+        h.controller.start()
+        while not isinstance(h.controller.state, PreparingShards):
+            await asyncio.sleep(0.01)
+        # Within pending_reason_after_s (the test's default), not never: the run names what it reads.
+        assert h.states[-1] == S.STARTING
+        assert h.reasons()[-1].startswith("reading datasets  for 2 workers with Ray Data")
+        assert "free on the cluster: 0 CPU" in h.reasons()[-1]
+        await h.controller.cancel("no time left")
+        assert h.states[-1] == S.CANCELLED and h.reasons()[-1] == "no time left"
+        await h.done()
+        # The group and its reservation went with the run.
+        assert h.placement.released == len(h.placement.reservations) == 1
+        data.shards_may_end.set()
 
     _run(scenario())
 

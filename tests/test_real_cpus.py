@@ -402,6 +402,64 @@ RLLIB = textwrap.dedent(
     """
 )
 
+# The first thing a new user tries on a laptop (issue 26): a fresh embedded coordinator, two XGBoost
+# fits, then Torch fits that read a dataset on every CPU: plain, with a preprocessor, and with every
+# dataset split. Ray Data's own split of a small (materialised) dataset ran tasks asking for a CPU
+# that the run's placement group held, and the run waited in STARTING for ever with no reason.
+FIRST_FITS = textwrap.dedent(
+    """
+    from ray.data.preprocessors import StandardScaler
+
+    from trainwire import DataConfig
+    from trainwire.torch import TorchTrainer
+    from trainwire.xgboost import XGBoostTrainer
+
+
+    def xgboost(name):
+        result = XGBoostTrainer(
+            params={"objective": "reg:squarederror"},
+            label_column="y",
+            num_boost_round=3,
+            datasets={"train": linear_data()},
+            scaling_config=ScalingConfig(num_workers=2),
+            run_config=RunConfig(name=name, verbose=0),
+        ).fit()
+        return {"iterations": result.metrics["training_iteration"]}
+
+
+    def count_rows(config):
+        counts = {}
+        for name in config["datasets"]:
+            shard = train.get_dataset_shard(name)
+            for epoch in range(2):  # a second epoch reads the materialised blocks again
+                counts[name] = sum(len(b["y"]) for b in shard.iter_batches(batch_size=16))
+        train.report({**counts, "world_size": train.get_context().get_world_size()})
+
+
+    def torch_fit(name, preprocessor=None, split_all=False):
+        # Row counts no block boundary meets: Ray Data's split had to cut a block, in a task of its own.
+        datasets = {"train": linear_data(997), "valid": linear_data(331)} if split_all else {"train": linear_data(997)}
+        result = TorchTrainer(
+            count_rows,
+            train_loop_config={"datasets": sorted(datasets)},
+            scaling_config=ScalingConfig(num_workers=CPUS),
+            datasets=datasets,
+            preprocessor=preprocessor,
+            dataset_config=DataConfig(datasets_to_split="all") if split_all else None,
+            run_config=RunConfig(name=name, verbose=0),
+        ).fit()
+        return {k: v for k, v in result.metrics.items() if k in ("train", "valid", "world_size")}
+
+
+    step("first-xgboost", lambda: xgboost("first-xgboost"))
+    step("first-xgboost-again", lambda: xgboost("first-xgboost-again"))
+    step("first-torch", lambda: torch_fit("first-torch"))
+    step("first-torch-preprocessor", lambda: torch_fit("first-torch-pre", StandardScaler(columns=["a", "b"])))
+    step("first-torch-split-all", lambda: torch_fit("first-torch-split-all", split_all=True))
+    trainwire.shutdown()
+    """
+)
+
 # Seconds each family may take before it counts as a hang: several times what it takes on an idle
 # 2-core machine, as CI machines are shared.
 FAMILIES = {
@@ -409,6 +467,7 @@ FAMILIES = {
     "torch_and_huggingface": (TORCH, 360),
     "tensorflow": (TENSORFLOW, 300),
     "rllib": (RLLIB, 300),
+    "first_fits": (FIRST_FITS, 120),
 }
 
 
@@ -502,6 +561,16 @@ def test_rllib_on_every_real_cpu_and_a_waiting_fit_says_why(tmp_path):
     assert wait["reason"].startswith("fitting the preprocessor on dataset 'train' before reserving the workers")
     assert wait["end"] == "SUCCEEDED"
     assert wait["cancelled"] == "CANCELLED" and wait["cancel_s"] < 15
+
+
+def test_a_first_torch_fit_on_every_cpu_after_xgboost_fits_reads_its_dataset(tmp_path):
+    results = run_family(tmp_path, "first_fits")
+    cpus = os.cpu_count()
+    assert results["first-xgboost-again"][1] == {"iterations": 3}
+    # Each rank read its equal share of the rows, in both epochs, while the workers held every CPU.
+    assert results["first-torch"][1] == {"train": 997 // cpus, "world_size": cpus}
+    assert results["first-torch-preprocessor"][1] == {"train": 997 // cpus, "world_size": cpus}
+    assert results["first-torch-split-all"][1] == {"train": 997 // cpus, "valid": 331 // cpus, "world_size": cpus}
 
 
 def test_slow_work_is_reported_once_and_an_interrupt_stops_the_wait():

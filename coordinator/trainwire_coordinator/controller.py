@@ -29,6 +29,7 @@ from trainwire_coordinator.controller_states import (
     Failed,
     FittingPreprocessor,
     Initializing,
+    PreparingShards,
     Reserving,
     Restarting,
     Running,
@@ -435,7 +436,16 @@ class RunController:
         try:
             await self.backend.on_start(group, self.request)  # type: ignore[arg-type]
             await self.backend.on_training_start(group, self.request)  # type: ignore[arg-type]
-            shards = await asyncio.to_thread(self.data.shards, len(group), reservation, self.backend.uses_ray_data)
+            world_size, datasets = len(group), tuple(self.datasets)
+            shards = await report_if_slow(
+                asyncio.to_thread(self.data.shards, world_size, reservation, self.backend.uses_ray_data),
+                self.deps.pending_reason_after_s,
+                # A run never waits silently: a slow read or split says what it waits for.
+                lambda: self._transition(PreparingShards(world_size, datasets, self.deps.placement.available())),
+                self._interrupt,
+            )
+            if shards is None:
+                return None  # cancelled while the datasets were read
             await self._transition(Running(len(group)))
             error = await self._train(group, shards)
             return error

@@ -124,6 +124,27 @@ class Starting(ControllerState):
 
 
 @dataclass(frozen=True)
+class PreparingShards(ControllerState):
+    """The group is up and Ray Data reads (and splits) its datasets, and it takes a while."""
+
+    run_state: ClassVar[int] = common_pb2.STARTING
+    world_size: int
+    datasets: tuple[str, ...]
+    available: dict[str, float]
+
+    @property
+    def reason(self) -> str:
+        names = ", ".join(repr(n) for n in self.datasets)
+        free = ", ".join(
+            f"{self.available.get(k, 0.0):g} {k}" for k in ("CPU", "GPU") if k in self.available or k == "CPU"
+        )
+        return (
+            f"reading datasets {names} for {self.world_size} workers with Ray Data, beside the workers' "
+            f"reservation (its tasks ask for no CPU; free on the cluster: {free})"
+        )
+
+
+@dataclass(frozen=True)
 class Running(ControllerState):
     """The group trains (or its workers still prepare their runtime environment)."""
 

@@ -153,8 +153,35 @@ def split_beside_reservation(
     if materialize_below_bytes and files_size(ds.uri, ds.format) <= materialize_below_bytes:
         data = data.materialize()
         # Each rank iterates its own blocks locally (as Ray 2.4's split did): no per-epoch coordination.
-        return data.split(world_size, equal=True) if split else [data] * world_size
+        return split_materialized(data, world_size) if split else [data] * world_size
     return data.streaming_split(world_size, equal=True) if split else [data] * world_size
+
+
+def split_materialized(data: Any, world_size: int) -> list[Any]:
+    """``data.split(world_size, equal=True)`` with no task that asks for a CPU.
+
+    Ray Data's own split runs a task per block it cuts, each asking for a CPU: with the run's
+    placement group holding every CPU it would wait for ever. The blocks are small (the dataset
+    is below the materialising threshold), so they are cut here, and each rank's rows become a
+    dataset of their own through a read task that asks for none.
+    """
+    import ray
+    import ray.data
+    from ray.data.block import BlockAccessor
+
+    blocks = [
+        BlockAccessor.for_block(ray.get(ref)).to_arrow()
+        for bundle in data.iter_internal_ref_bundles()
+        for ref in bundle.block_refs
+    ]
+    table = pa.concat_tables(blocks, promote_options="default") if blocks else pa.table({})
+    per_rank = table.num_rows // world_size  # equal shares; the remainder is dropped, as Ray's equal split does
+    return [
+        ray.data.read_datasource(
+            table_datasource(table.slice(rank * per_rank, per_rank)), num_cpus=0, override_num_blocks=1
+        ).materialize()
+        for rank in range(world_size)
+    ]
 
 
 class RunDatasets:
@@ -267,6 +294,25 @@ def files_size(uri: str, fmt: str = "") -> int:
     """The bytes the dataset's files take in the store."""
     dataset = open_dataset(uri, guess_format(uri, fmt))
     return sum(info.size or 0 for info in dataset.filesystem.get_file_info(list(dataset.files)))
+
+
+def table_datasource(table: pa.Table) -> Any:
+    """A Ray Data datasource of one in-memory table: one read task, which takes the resources its read is given."""
+    from ray.data.block import BlockMetadata
+    from ray.data.datasource import Datasource, ReadTask
+
+    class TableDatasource(Datasource):
+        def estimate_inmemory_data_size(self) -> int | None:
+            return table.nbytes
+
+        def get_read_tasks(self, parallelism: int, per_task_row_limit: int | None = None, data_context: Any = None):
+            meta = BlockMetadata(num_rows=table.num_rows, size_bytes=table.nbytes, exec_stats=None, input_files=None)
+            return [ReadTask(lambda: [table], meta, schema=table.schema, per_task_row_limit=per_task_row_limit)]
+
+        def get_name(self) -> str:
+            return "TrainwireShard"
+
+    return TableDatasource()
 
 
 def files_datasource(uri: str, fmt: str = "") -> Any:
