@@ -157,6 +157,11 @@ settings: dict = {
 }
 
 
+def is_embedded(address: str) -> bool:
+    """Whether ``address`` is the coordinator ``init()`` embedded in this program."""
+    return _embedded is not None and _client is not None and _client.address == address
+
+
 def get_client() -> CoordinatorClient:
     """The client ``init()`` made, initialising with the defaults if needed."""
     return _client if _client is not None else init()

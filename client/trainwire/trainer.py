@@ -12,7 +12,7 @@ import cloudpickle
 import pandas as pd
 import pyarrow as pa
 
-from trainwire import runtime_env
+from trainwire import runtime_env, session_client
 from trainwire.checkpoint import Checkpoint
 from trainwire.client import TERMINAL_STATES, CoordinatorClient, format_log_line
 from trainwire.config import RunConfig, ScalingConfig
@@ -131,9 +131,11 @@ class BaseTrainer:
 
     @staticmethod
     def _checkpoint_uri(client: CoordinatorClient, checkpoint: Checkpoint) -> str:
-        """A URI the workers can read: a local checkpoint is uploaded to a remote coordinator."""
-        host = client.address.rsplit(":", 1)[0].strip("[]")
-        if not checkpoint.is_local or host in ("localhost", "127.0.0.1", "::1"):
+        """A URI the workers can read: a local checkpoint is uploaded, except to this program's embedded coordinator.
+
+        Any other coordinator reads only its store and the prefixes its operator allows, even on loopback.
+        """
+        if not checkpoint.is_local or session_client.is_embedded(client.address):
             return checkpoint.uri
         with checkpoint.as_directory() as d:
             return client.upload_checkpoint(d, run_name="uploaded-checkpoints").uri
