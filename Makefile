@@ -13,7 +13,7 @@ $(STAMP): requirements.txt constraints.txt $(addsuffix /pyproject.toml,$(PACKAGE
 	$(PY) -m pip install -q --no-deps $(addprefix -e ,$(PACKAGES))
 	touch $(STAMP)
 
-# Horovod has no wheel that builds against torch 2.x: one from its sdist, patched (cached in .cache/wheels/).
+# Horovod has no wheel that builds against torch 2.x: one from its sdist, patched (cached in ~/.cache/trainwire/wheels/).
 HOROVOD_STAMP := $(VENV)/.horovod-installed
 $(HOROVOD_STAMP): $(STAMP) scripts/build_horovod.sh
 	PY=$(PY) scripts/build_horovod.sh

@@ -3,14 +3,15 @@
 # patches torch 2.x headers need, into a wheel cache keyed by the Python and torch versions, and
 # installs that wheel into the venv. A second run (or a fresh venv) reuses the cached wheel.
 #
-#   scripts/build_horovod.sh            # PY=.venv/bin/python, cache .cache/wheels/
+#   scripts/build_horovod.sh            # PY=.venv/bin/python, cache ~/.cache/trainwire/wheels/
 #   PY=/path/to/python HOROVOD_WHEEL_CACHE=/dir scripts/build_horovod.sh
 set -euo pipefail
 
 VERSION=0.28.1
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 PY=${PY:-$ROOT/.venv/bin/python}
-CACHE=${HOROVOD_WHEEL_CACHE:-$ROOT/.cache/wheels}
+# Outside the checkout, as pip keeps its wheels: a fresh clone on the same machine (CI) reuses the build.
+CACHE=${HOROVOD_WHEEL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/trainwire/wheels}
 
 # torch's C++ ABI is baked into the extension, so the wheel is only good for this torch.
 key=$("$PY" -c 'import sys, torch; print(f"cp{sys.version_info[0]}{sys.version_info[1]}-torch{torch.__version__}")')
