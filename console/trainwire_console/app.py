@@ -21,6 +21,7 @@ from typing import Any
 
 from google.protobuf import json_format
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import (
     FileResponse,
@@ -35,6 +36,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
 from trainwire.client import TERMINAL_STATES
+from trainwire_console import csrf
 from trainwire_console.backend import STATES, ConsoleBackend, Session, run_summary
 from trainwire_console.live_list import RunsWatcher
 from trainwire_core.errors import TrainwireError
@@ -103,24 +105,24 @@ def create_app(backend: ConsoleBackend) -> Starlette:
 
     async def page(request: Request, name: str, status_code: int = 200, **context: Any) -> HTMLResponse:
         abilities = await call(session_of(request).abilities)
+        # The token the page's plain forms (sign in, sign out) echo; csrf.ForgedRequestGuard compares them.
+        token = request.cookies.get(csrf.CSRF_COOKIE) or csrf.new_token()
         context |= {
             "abilities": abilities,
             "models_enabled": bool(backend.predictor),
             "signed_in": bool(request.cookies.get(COOKIE)),
+            "csrf_token": token,
         }
-        return templates.TemplateResponse(request, name, context, status_code=status_code)
+        response = templates.TemplateResponse(request, name, context, status_code=status_code)
+        if token != request.cookies.get(csrf.CSRF_COOKIE):
+            csrf.set_token_cookie(response, token, secure=request.url.scheme == "https")
+        return response
 
     async def page_error(request: Request, err: TrainwireError) -> Response:
         """An HTML page's failed call: a token that may not read is sent to sign in."""
         if err.code.name in ("UNAUTHENTICATED", "PERMISSION_DENIED"):
             return RedirectResponse(f"/signin?why={urllib.parse.quote(err.message)}", status_code=303)
         return await page(request, "signin.html", status_code=_status_of(err), error=f"{err.code.name}: {err.message}")
-
-    def forged(request: Request) -> Response | None:
-        """Refuses a POST that another site's page could have sent (a plain cross-site form sets no such header)."""
-        if request.headers.get("HX-Request") or request.headers.get("X-Requested-By") == "trainwire-console":
-            return None
-        return JSONResponse({"error": "PERMISSION_DENIED", "message": "send X-Requested-By: trainwire-console"}, 403)
 
     # --- runs list -------------------------------------------------------------------
     def _filters(request: Request) -> dict[str, Any]:
@@ -291,8 +293,6 @@ def create_app(backend: ConsoleBackend) -> Starlette:
         return StreamingResponse(stream(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
 
     async def run_cancel(request: Request) -> Response:
-        if (refused := forged(request)) is not None:
-            return refused
         session = session_of(request)
         if not (await call(session.abilities)).cancel:
             return JSONResponse({"error": "PERMISSION_DENIED", "message": "the token may not cancel runs"}, 403)
@@ -353,8 +353,6 @@ def create_app(backend: ConsoleBackend) -> Starlette:
         return await page(request, template, rows=rows, selected=request.query_params.get("model", ""))
 
     async def models_predict(request: Request) -> Response:
-        if (refused := forged(request)) is not None:
-            return refused
         # htmx posts the form urlencoded: parsed here, without a multipart parser to install.
         fields = urllib.parse.parse_qs((await request.body()).decode(), keep_blank_values=True)
         form = {key: values[0] for key, values in fields.items()}
@@ -368,6 +366,8 @@ def create_app(backend: ConsoleBackend) -> Starlette:
         return await page(request, "predict_result.html", rows=rows, error=error)
 
     # --- signing in ---------------------------------------------------------------------------
+    # Like every POST, these pass csrf.ForgedRequestGuard first: another site can neither sign a
+    # browser in with its own token nor sign it out.
     async def signin(request: Request) -> Response:
         """A user's own token instead of the console's: kept in a cookie that only this console reads."""
         if request.method == "GET":
@@ -377,13 +377,17 @@ def create_app(backend: ConsoleBackend) -> Starlette:
         abilities = await call(backend.session(token).abilities) if token else None
         if abilities is None or not abilities.read:
             return await page(request, "signin.html", status_code=401, error="the coordinator does not take that token")
+        secure = request.url.scheme == "https"
         response = RedirectResponse("/", status_code=303)
-        response.set_cookie(COOKIE, token, httponly=True, samesite="strict", secure=request.url.scheme == "https")
+        response.set_cookie(COOKIE, token, httponly=True, samesite="strict", secure=secure)
+        # A new form token with the new session: one learnt before signing in is worth nothing after.
+        csrf.set_token_cookie(response, csrf.new_token(), secure)
         return response
 
     async def signout(request: Request) -> Response:
+        """Forgets the user's token: the console's own acts for this browser again."""
         response = RedirectResponse("/", status_code=303)
-        response.delete_cookie(COOKIE)
+        response.delete_cookie(COOKIE, httponly=True, samesite="strict", secure=request.url.scheme == "https")
         return response
 
     async def healthz(request: Request) -> Response:
@@ -419,7 +423,8 @@ def create_app(backend: ConsoleBackend) -> Starlette:
         yield
         backend.close()
 
-    return Starlette(routes=routes, lifespan=lifespan)
+    # One check for every state-changing request, before any route: csrf.py says what it asks.
+    return Starlette(routes=routes, lifespan=lifespan, middleware=[Middleware(csrf.ForgedRequestGuard)])
 
 
 def _finite(item: dict[str, Any]) -> dict[str, Any]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+import re
 import shutil
 import signal
 import socket
@@ -19,6 +20,7 @@ import urllib.request
 import zipfile
 from pathlib import Path
 
+import httpx
 import numpy as np
 import pandas as pd
 import pytest
@@ -316,6 +318,100 @@ def test_signing_in_with_another_token_and_forged_posts(page, consoles, model_ru
     page.click("header form.inline button")
     page.wait_for_url(base + "/")
     assert "the console's token: read" in page.inner_text("header")
+
+
+ATTACKER = "http://attacker.test"
+
+
+def _form_token(base: str) -> str:
+    """The form token of a fresh sign-in page: what anyone, an attacker too, gets for the asking."""
+    answer = httpx.get(base + "/signin")
+    token = answer.cookies["trainwire_csrf"]
+    assert re.search(r'name="csrf_token" value="([^"]+)"', answer.text).group(1) == token
+    return token
+
+
+def _cross_site_post(page, action: str, fields: dict[str, str]):
+    """The response to a form that another site's page posts to ``action`` in this browser (auto-submitted)."""
+    inputs = "".join(f'<input type="hidden" name="{k}" value="{v}">' for k, v in fields.items())
+    html = f'<form method="post" action="{action}">{inputs}</form><script>document.forms[0].submit()</script>'
+    page.route(ATTACKER + "/", lambda route: route.fulfill(status=200, content_type="text/html", body=html))
+    with page.expect_response(lambda r: r.url == action and r.request.method == "POST") as info:
+        page.goto(ATTACKER + "/")
+    page.unroute(ATTACKER + "/")
+    assert info.value.request.header_value("origin") == ATTACKER  # what the browser tells the console
+    return info.value
+
+
+def _console_cookies(page, base: str) -> dict[str, str]:
+    return {c["name"]: c["value"] for c in page.context.cookies(base)}
+
+
+def test_another_sites_form_cannot_sign_a_browser_in_or_out(page, consoles):
+    """Login and logout forgery in the browser: even with a form token of its own planted in the
+    browser (a cookie another port of the same host could set), the attacker's Origin is refused."""
+    base = consoles["reader"]
+    token = _form_token(base)
+    page.context.add_cookies([{"name": "trainwire_csrf", "value": token, "url": base}])
+    forged = _cross_site_post(page, base + "/signin", {"token": ADMIN_TOKEN, "csrf_token": token})
+    assert forged.status == 403 and "another site" in forged.text()
+    assert _console_cookies(page, base) == {"trainwire_csrf": token}
+    page.goto(base + "/")
+    assert "the console's token: read" in page.inner_text("header")
+
+    # The user signs in on the console's own page; another site's sign-out leaves that session.
+    page.goto(base + "/signin")
+    page.fill("input[name=token]", ADMIN_TOKEN)
+    page.click("form.signin button")
+    page.locator("header form.inline button").wait_for()
+    signed_in = _console_cookies(page, base)
+    assert signed_in["trainwire_token"] == ADMIN_TOKEN and signed_in["trainwire_csrf"] != token
+    forged = _cross_site_post(page, base + "/signout", {"csrf_token": signed_in["trainwire_csrf"]})
+    assert forged.status == 403
+    assert _console_cookies(page, base) == signed_in
+    page.goto(base + "/")
+    assert "your token: read · cancel" in " ".join(page.inner_text("header").split())
+
+
+def test_forged_sign_in_and_sign_out_posts_are_refused_and_set_no_cookie(consoles, model_run):
+    """What a cross-site form, or a client without the form's token, sends to the real server."""
+    base = consoles["reader"]
+    token = _form_token(base)
+    pair = {"Cookie": f"trainwire_csrf={token}"}
+    form = {"token": ADMIN_TOKEN, "csrf_token": token}
+    with httpx.Client(base_url=base, follow_redirects=False) as client:
+        forged = [
+            ({**pair, "Origin": ATTACKER}, form),
+            ({**pair, "Origin": "null"}, form),
+            ({**pair, "Referer": ATTACKER + "/page"}, form),
+            ({**pair, "Origin": base.replace("127.0.0.1", "localhost")}, form),
+            ({}, {"token": ADMIN_TOKEN}),  # no form token at all
+            ({"Cookie": "trainwire_csrf=planted"}, form),  # one that is not the cookie's
+        ]
+        for headers, data in forged:
+            answer = client.post("/signin", headers=headers, data=data)
+            assert answer.status_code == 403, (headers, answer.text)
+            assert answer.json()["error"] == "PERMISSION_DENIED" and "set-cookie" not in answer.headers
+
+        session = {"Cookie": f"trainwire_token={ADMIN_TOKEN}; trainwire_csrf={token}"}
+        for headers, data in [({**session, "Origin": ATTACKER}, {"csrf_token": token}), (session, {})]:
+            answer = client.post("/signout", headers=headers, data=data)
+            assert answer.status_code == 403 and "set-cookie" not in answer.headers
+        # The scripts' header does not excuse another site's Origin either, on any POST.
+        cancel = client.post(
+            f"/runs/{model_run.run_id}/cancel", headers={"X-Requested-By": "trainwire-console", "Origin": ATTACKER}
+        )
+        assert cancel.status_code == 403 and "another site" in cancel.text
+
+        # The console's own form, from a browser (its Origin) or from a script (no Origin, no Referer).
+        for headers in [{**pair, "Origin": base}, pair]:
+            answer = client.post("/signin", headers=headers, data=form)
+            assert answer.status_code == 303, answer.text
+            session_cookie = next(c for c in answer.headers.get_list("set-cookie") if c.startswith("trainwire_token="))
+            assert "HttpOnly" in session_cookie and "SameSite=strict" in session_cookie
+            assert "Secure" not in session_cookie  # plain HTTP here; Secure when the console is served over TLS
+        answer = client.post("/signout", headers={**session, "Origin": base}, data={"csrf_token": token})
+        assert answer.status_code == 303 and answer.headers["set-cookie"].startswith('trainwire_token="";')
 
 
 def test_the_probe_says_whether_the_console_is_healthy(consoles):
