@@ -11,10 +11,9 @@ from google.protobuf import json_format, timestamp_pb2
 
 from trainwire.checkpoint import PREPROCESSOR_NAME
 from trainwire.config import CheckpointConfig
-from trainwire_coordinator.model_registry import route_targets
-from trainwire_core.errors import NotFoundError
 from trainwire_core.manifest import CODE_TRUSTED_KEY
 from trainwire_core.storage import MANIFEST_NAME, Store
+from trainwire_core.store_documents import CheckpointIndex, IndexedCheckpoint, RegistryState
 from trainwire_core.structs import flatten_metrics
 from trainwire_core.v1 import common_pb2
 
@@ -28,15 +27,8 @@ class CommittedCheckpoint:
     created_at: float
     files: list[dict[str, Any]] = field(default_factory=list)
 
-    def to_index_entry(self) -> dict[str, Any]:
-        return {
-            "id": self.checkpoint_id,
-            "path": f"checkpoints/{self.checkpoint_id}",
-            "index": self.index,
-            "metrics": self.metrics,
-            "size_bytes": self.size_bytes,
-            "created_at": self.created_at,
-        }
+    def to_index_entry(self) -> IndexedCheckpoint:
+        return IndexedCheckpoint(self.checkpoint_id, self.index, self.metrics, self.size_bytes, self.created_at)
 
 
 class CheckpointManager:
@@ -73,19 +65,18 @@ class CheckpointManager:
         The index file is the record of what was committed; the latest checkpoint
         carries the run's fitted preprocessor, so it is not fitted again.
         """
-        path = self.store.index_path(self.run_id)
-        if not self.store.exists(path):
+        if not self.store.exists(self.store.index_path(self.run_id)):
             return
-        index = self.store.read_json(path)
+        index = CheckpointIndex.from_json(self.store.read_json(self.store.index_path(self.run_id)))
         self.checkpoints = [
             CommittedCheckpoint(
-                checkpoint_id=entry["id"],
-                index=int(entry["index"]),
-                metrics=entry.get("metrics") or {},
-                size_bytes=int(entry.get("size_bytes", 0)),
-                created_at=float(entry.get("created_at", 0.0)),
+                checkpoint_id=entry.id,
+                index=entry.index,
+                metrics=dict(entry.metrics),
+                size_bytes=entry.size_bytes,
+                created_at=entry.created_at,
             )
-            for entry in sorted(index.get("checkpoints", []), key=lambda e: e["index"])
+            for entry in sorted(index.checkpoints, key=lambda e: e.index)
         ]
         latest = self.latest
         if latest is not None:
@@ -196,29 +187,20 @@ class CheckpointManager:
         Retention keeps them past ``num_to_keep``: deleting the version an operator pinned as
         ``production`` would leave the predictors answering NOT_FOUND for it.
         """
-        try:
-            state = self.store.read_json(self.store.aliases_path(self.run_id))
-        except NotFoundError:
-            return set()
-        if not isinstance(state, dict):
-            return set()
-        return {str(v) for v in (state.get("aliases") or {}).values()} | route_targets(state.get("route") or {})
+        return RegistryState.read(self.store, self.run_id).served_versions()
 
     def write_index(self) -> None:
         best, latest = self.best, self.latest
-        self.store.write_json(
-            self.store.index_path(self.run_id),
-            {
-                "run_id": self.run_id,
-                "run_name": self.run_name,
-                "score_attribute": self.config.checkpoint_score_attribute or "",
-                "score_order": self.config.checkpoint_score_order,
-                "checkpoints": [c.to_index_entry() for c in self.checkpoints],
-                "latest": latest.checkpoint_id if latest else "",
-                "best": best.checkpoint_id if best else "",
-                "updated_at": time.time(),
-            },
-        )
+        CheckpointIndex(
+            run_id=self.run_id,
+            run_name=self.run_name,
+            checkpoints=tuple(c.to_index_entry() for c in self.checkpoints),
+            latest=latest.checkpoint_id if latest else "",
+            best=best.checkpoint_id if best else "",
+            score_attribute=self.config.checkpoint_score_attribute or "",
+            score_order=self.config.checkpoint_score_order,
+            updated_at=time.time(),
+        ).write(self.store)
         # A run name resolves to the newest run of that name with a checkpoint.
         self.store.write_json(self.store.name_path(self.run_name), {"run_id": self.run_id, "updated_at": time.time()})
 

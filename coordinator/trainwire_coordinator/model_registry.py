@@ -11,22 +11,30 @@ rollback is one more move, back to the previous version.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import re
 import threading
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from trainwire_core.auth import current_caller
 from trainwire_core.errors import FailedPreconditionError, InvalidArgumentError, NotFoundError
 from trainwire_core.grpc_status import handle_errors
 from trainwire_core.storage import RUN_ID_RE, Store
+from trainwire_core.store_documents import CheckpointIndex, RegistryState
 from trainwire_core.v1 import models_pb2, models_pb2_grpc
 
 # An alias: a letter first, so it never reads as a number; path-safe; short enough to log.
 ALIAS_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,63}$")
 MAX_ROUTE_VERSIONS = 16
+
+
+@dataclass(frozen=True)
+class ModelState:
+    """A model's registry state as the name it was asked by."""
+
+    name: str
+    state: RegistryState
 
 
 @dataclass(frozen=True)
@@ -68,35 +76,23 @@ class ModelRegistry:
             pass
         if run_id is None and RUN_ID_RE.match(name):
             run_id = name
-        index = self._read(self.store.index_path(run_id)) if run_id else None
-        if not isinstance(index, dict) or not index.get("checkpoints"):
+        index = CheckpointIndex.read(self.store, str(run_id)) if run_id else None
+        if index is None or not index.checkpoints:
             raise NotFoundError(
                 f"model {name!r} not found: no run with that name or id has a committed checkpoint", field="model"
             )
-        return Model(name, str(run_id), tuple(str(c["id"]) for c in index["checkpoints"]))
+        return Model(name, str(run_id), index.ordered_ids)
 
-    def _read(self, path: str) -> Any:
-        try:
-            return self.store.read_json(path)
-        except NotFoundError:
-            return None
+    def _state(self, model: Model) -> RegistryState:
+        return RegistryState.read(self.store, model.run_id)
 
-    def _state(self, model: Model) -> dict[str, Any]:
-        state = self._read(self.store.aliases_path(model.run_id))
-        if not isinstance(state, dict):
-            state = {}
-        state.setdefault("aliases", {})
-        state.setdefault("history", [])
-        state.setdefault("route", {"weights": [], "shadow": "", "revision": 0})
-        return state
-
-    def _version_of(self, model: Model, state: dict[str, Any], target: str, field: str) -> str:
+    def _version_of(self, model: Model, state: RegistryState, target: str, field: str) -> str:
         """The checkpoint id ``target`` names now: a committed version, or an alias of one."""
         if not target:
             raise InvalidArgumentError(f"{field} is required (a committed version or an alias)", field=field)
         if target in model.versions:
             return target
-        aliased = state["aliases"].get(target)
+        aliased = state.aliases.get(target)
         if aliased is not None:
             if aliased not in model.versions:
                 raise NotFoundError(
@@ -111,7 +107,7 @@ class ModelRegistry:
         )
 
     # --- aliases -------------------------------------------------------------
-    def set_alias(self, name: str, alias: str, version: str, moved_by: str = "") -> dict[str, Any]:
+    def set_alias(self, name: str, alias: str, version: str, moved_by: str = "") -> ModelState:
         """Points ``alias`` at ``version`` (a committed checkpoint id, or another alias's version).
 
         Returns:
@@ -135,10 +131,10 @@ class ModelRegistry:
                 )
             state = self._state(model)
             target = self._version_of(model, state, version, "version")
-            self._record_move(model, state, alias, target, moved_by)
-        return {**state, "model": name}
+            state = self._write(state.with_alias(model.run_id, alias, target, moved_by))
+        return ModelState(name, state)
 
-    def delete_alias(self, name: str, alias: str, moved_by: str = "") -> dict[str, Any]:
+    def delete_alias(self, name: str, alias: str, moved_by: str = "") -> ModelState:
         """Removes ``alias``; the history keeps it as a move to no version.
 
         Returns:
@@ -155,44 +151,29 @@ class ModelRegistry:
         with self._lock:
             model = self.model(name)
             state = self._state(model)
-            if alias not in state["aliases"]:
+            if alias not in state.aliases:
                 raise NotFoundError(f"model {name!r} has no alias {alias!r}", field="alias")
-            if alias in route_targets(state["route"]):
+            if alias in state.route.targets():
                 raise FailedPreconditionError(
                     f"alias {alias!r} is in model {name!r}'s traffic policy; set a policy without it first",
                     field="alias",
                 )
-            self._record_move(model, state, alias, "", moved_by)
-        return {**state, "model": name}
+            state = self._write(state.with_alias(model.run_id, alias, "", moved_by))
+        return ModelState(name, state)
 
-    def _record_move(self, model: Model, state: dict[str, Any], alias: str, target: str, moved_by: str) -> None:
-        """Points ``alias`` at ``target`` ("": removes it), appends the move and writes the file."""
-        previous = str(state["aliases"].pop(alias, ""))
-        if target:
-            state["aliases"][alias] = target
-        history = state["history"]
-        history.append(
-            {
-                "revision": (history[-1]["revision"] + 1) if history else 1,
-                "alias": alias,
-                "version": target,
-                "previous_version": previous,
-                "time": time.time(),
-                "moved_by": moved_by,
-            }
-        )
-        state["run_id"] = model.run_id
-        self.store.write_json(self.store.aliases_path(model.run_id), state)
+    def _write(self, state: RegistryState) -> RegistryState:
+        state.write(self.store)
+        return state
 
-    def get(self, name: str) -> dict[str, Any]:
+    def get(self, name: str) -> ModelState:
         """The model's registry state: aliases, history and route (empty where none is set)."""
         model = self.model(name)
-        return {**self._state(model), "model": name, "run_id": model.run_id}
+        return ModelState(name, dataclasses.replace(self._state(model), run_id=model.run_id))
 
     # --- traffic policy --------------------------------------------------------
     def set_route(
         self, name: str, weights: Sequence[tuple[str, int]], shadow: str = "", moved_by: str = ""
-    ) -> dict[str, Any]:
+    ) -> ModelState:
         """Sets the model's weights (percent, adding up to 100) and shadow; none of either clears it.
 
         Targets are versions or aliases, kept as given: a weight on an alias follows the alias as it moves.
@@ -211,25 +192,8 @@ class ModelRegistry:
                 self._version_of(model, state, target, f"weights[{i}].version")
             if shadow:
                 self._version_of(model, state, shadow, "shadow")
-            route = state["route"]
-            state["route"] = {
-                "weights": [{"version": t, "weight": int(w)} for t, w in weights],
-                "shadow": shadow,
-                "revision": int(route.get("revision", 0)) + 1,
-                "time": time.time(),
-                "set_by": moved_by,
-            }
-            state["run_id"] = model.run_id
-            self.store.write_json(self.store.aliases_path(model.run_id), state)
-        return {**state, "model": name}
-
-
-def route_targets(route: dict[str, Any]) -> set[str]:
-    """The versions and aliases a traffic policy names: its weights' and its shadow."""
-    targets = {str(w.get("version")) for w in route.get("weights") or () if isinstance(w, dict)}
-    if route.get("shadow"):
-        targets.add(str(route["shadow"]))
-    return targets
+            state = self._write(state.with_route(model.run_id, weights, shadow, moved_by))
+        return ModelState(name, state)
 
 
 def check_weights(weights: Sequence[tuple[str, int]]) -> None:
@@ -258,21 +222,22 @@ def check_weights(weights: Sequence[tuple[str, int]]) -> None:
 # --- gRPC ----------------------------------------------------------------------
 
 
-def _aliases_proto(state: dict[str, Any], include_history: bool) -> models_pb2.ModelAliases:
-    message = models_pb2.ModelAliases(model=state["model"], run_id=state.get("run_id", ""), aliases=state["aliases"])
+def _aliases_proto(model: ModelState, include_history: bool) -> models_pb2.ModelAliases:
+    state = model.state
+    message = models_pb2.ModelAliases(model=model.name, run_id=state.run_id, aliases=dict(state.aliases))
     if include_history:
-        message.history.extend(models_pb2.AliasMove(**move) for move in state["history"])
+        message.history.extend(models_pb2.AliasMove(**move.to_json()) for move in state.history)
     return message
 
 
-def _route_proto(state: dict[str, Any]) -> models_pb2.TrafficPolicy:
-    route = state["route"]
+def _route_proto(model: ModelState) -> models_pb2.TrafficPolicy:
+    route = model.state.route
     return models_pb2.TrafficPolicy(
-        model=state["model"],
-        run_id=state.get("run_id", ""),
-        weights=[models_pb2.RouteWeight(version=w["version"], weight=w["weight"]) for w in route["weights"]],
-        shadow=route.get("shadow", ""),
-        revision=int(route.get("revision", 0)),
+        model=model.name,
+        run_id=model.state.run_id,
+        weights=[models_pb2.RouteWeight(version=w.version, weight=w.weight) for w in route.weights],
+        shadow=route.shadow,
+        revision=route.revision,
     )
 
 

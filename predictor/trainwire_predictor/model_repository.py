@@ -38,6 +38,7 @@ from trainwire_core.errors import DataLossError, FailedPreconditionError, NotFou
 from trainwire_core.inference.codec import NUMERIC, datatype_of
 from trainwire_core.manifest import is_code_trusted, read_manifest, verify_checkpoint
 from trainwire_core.storage import MANIFEST_NAME, RUN_ID_RE, Store
+from trainwire_core.store_documents import CheckpointIndex, RegistryState
 from trainwire_predictor.compiled_trees import CompileResult, TreeCompiler, supports
 
 logger = logging.getLogger(__name__)
@@ -145,6 +146,17 @@ def detect_framework(store: Store, directory: str) -> str:
 PICKLED_FILES = (PREPROCESSOR_NAME, DICT_CHECKPOINT_NAME)
 
 
+def _parsed(parse: Callable[[Any], Any], data: Any, default: Any) -> Any:
+    """A store document parsed, or ``default`` where it is absent or unreadable (logged: a replica serves on)."""
+    if data is None:
+        return default
+    try:
+        return parse(data)
+    except DataLossError as exc:
+        logger.warning("%s", exc)
+        return default
+
+
 def check_code_trusted(store: Store, directory: str, declared: frameworks.Framework) -> None:
     """Refuses to load pickles from a checkpoint no authorised caller vouched for (an upload without submit-code).
 
@@ -202,11 +214,6 @@ def describe(predictor: Predictor) -> tuple[list[TensorSpec], list[TensorSpec]]:
     return inputs, outputs
 
 
-def default_version(index: dict[str, Any]) -> str:
-    """The version an empty ``model_version`` means: the best checkpoint, else the latest."""
-    return index.get("best") or index.get("latest") or index["checkpoints"][-1]["id"]
-
-
 class ModelRepository:
     """Name/version resolution through the committed index, and the loaded-model cache.
 
@@ -249,8 +256,8 @@ class ModelRepository:
         self._cache: collections.OrderedDict[tuple[str, str], LoadedModel] = collections.OrderedDict()
         self._loading: dict[tuple[str, str], asyncio.Task[LoadedModel]] = {}
         self._names: dict[str, tuple[float, str | None]] = {}
-        self._indexes: dict[str, tuple[float, dict[str, Any] | None]] = {}
-        self._registries: dict[str, tuple[float, dict[str, Any]]] = {}
+        self._indexes: dict[str, tuple[float, CheckpointIndex | None]] = {}
+        self._registries: dict[str, tuple[float, RegistryState]] = {}
         # (name, version) -> (monotonic time until which it holds, (run id, checkpoint id)): what
         # ``resolve`` answered from cached reads, kept as long as every one of those reads is fresh.
         self._resolved: dict[tuple[str, str], tuple[float, tuple[str, str]]] = {}
@@ -298,22 +305,20 @@ class ModelRepository:
         self._names[name] = (time.monotonic(), run_id)
         return run_id
 
-    async def _index(self, run_id: str, refresh: bool = False) -> dict[str, Any] | None:
+    async def _index(self, run_id: str, refresh: bool = False) -> CheckpointIndex | None:
         cached = self._indexes.get(run_id)
         if cached is not None and not refresh and self._fresh(cached[0]):
             return cached[1]
-        index = await self._read(self.store.index_path(run_id))
-        index = index if isinstance(index, dict) else None
+        index = _parsed(CheckpointIndex.from_json, await self._read(self.store.index_path(run_id)), None)
         self._indexes[run_id] = (time.monotonic(), index)
         return index
 
-    async def registry(self, run_id: str, refresh: bool = False) -> dict[str, Any]:
-        """The run's aliases and traffic policy (``{}`` where none were set), read again after ``index_refresh_s``."""
+    async def registry(self, run_id: str, refresh: bool = False) -> RegistryState:
+        """The run's aliases and traffic policy (empty where none were set), read again after ``index_refresh_s``."""
         cached = self._registries.get(run_id)
         if cached is not None and not refresh and self._fresh(cached[0]):
             return cached[1]
-        state = await self._read(self.store.aliases_path(run_id))
-        state = state if isinstance(state, dict) else {}
+        state = _parsed(RegistryState.from_json, await self._read(self.store.aliases_path(run_id)), RegistryState())
         self._registries[run_id] = (time.monotonic(), state)
         return state
 
@@ -351,25 +356,24 @@ class ModelRepository:
         if indexed is None or indexed[0] <= limit or not indexed[1]:
             return None
         index = indexed[1]
-        checkpoints = index.get("checkpoints")
-        if not checkpoints:
+        if not index.checkpoints:
             return None
         stamp = min(named[0], indexed[0])
-        checkpoint = version or default_version(index)
-        if all(c["id"] != checkpoint for c in checkpoints):
+        checkpoint = version or index.default_version()
+        if checkpoint not in index.ids:
             registry = self._registries.get(run_id)
             if registry is None or registry[0] <= limit:
                 return None
-            aliased = registry[1].get("aliases", {}).get(checkpoint)
-            if aliased is None or all(c["id"] != str(aliased) for c in checkpoints):
+            aliased = registry[1].aliases.get(checkpoint)
+            if aliased is None or aliased not in index.ids:
                 return None
-            checkpoint, stamp = str(aliased), min(stamp, registry[0])
+            checkpoint, stamp = aliased, min(stamp, registry[0])
         if len(self._resolved) >= _MAX_CACHED_NAMES:
             self._resolved.clear()  # callers choose names: keep it bounded
         hit = self._resolved[(name, version)] = (stamp + self.index_refresh_s, (run_id, checkpoint))
         return hit
 
-    def fresh_registry(self, name: str) -> tuple[str, dict[str, Any]] | None:
+    def fresh_registry(self, name: str) -> tuple[str, RegistryState] | None:
         """The run id of a model name and its aliases and traffic policy, from fresh cached reads (None: read)."""
         limit = time.monotonic() - self.index_refresh_s
         named = self._names.get(name)
@@ -394,25 +398,24 @@ class ModelRepository:
             raise NotFoundError("a model name is required (a run name or run id)", field="model_name")
         run_id = await self._run_id(name)
         index = await self._index(run_id) if run_id else None
-        if index is None or not index.get("checkpoints"):
+        if index is None or not index.checkpoints:
             raise NotFoundError(
                 f"model {name!r} not found: no run with that name or id has a committed checkpoint",
                 field="model_name",
             )
-        ids = [c["id"] for c in index["checkpoints"]]
         if not version:
-            version = default_version(index)
-        elif version not in ids:
-            aliased = (await self.registry(run_id)).get("aliases", {}).get(version)
+            version = index.default_version()
+        elif version not in index.ids:
+            aliased = (await self.registry(run_id)).aliases.get(version)
             if aliased is None:
                 # An alias set since the last read: look again before saying no.
-                aliased = (await self.registry(run_id, refresh=True)).get("aliases", {}).get(version)
-            alias, version = (version, str(aliased)) if aliased is not None else ("", version)
-            if version not in ids:
+                aliased = (await self.registry(run_id, refresh=True)).aliases.get(version)
+            alias, version = (version, aliased) if aliased is not None else ("", version)
+            if version not in index.ids:
                 # A checkpoint committed since the last read: look again before saying no.
                 index = await self._index(run_id, refresh=True) or index
-                ids = [c["id"] for c in index["checkpoints"]]
-            if version not in ids:
+            ids = index.ordered_ids
+            if version not in index.ids:
                 if alias:
                     raise NotFoundError(
                         f"alias {alias!r} of model {name!r} points to version {version!r}, which is not committed",
@@ -423,7 +426,7 @@ class ModelRepository:
                     f"(and no alias {version!r})",
                     field="model_version",
                 )
-        return ModelRef(run_id, index.get("run_name", ""), version, tuple(ids))
+        return ModelRef(run_id, index.run_name, version, index.ordered_ids)
 
     # --- loading -----------------------------------------------------------
     def _verify(self, ref: ModelRef) -> None:
@@ -581,11 +584,11 @@ class ModelRepository:
         return len(keys)
 
     # --- listing -------------------------------------------------------------
-    def _read_all_indexes(self) -> list[dict[str, Any]]:
+    def _read_all_indexes(self) -> list[CheckpointIndex]:
         out = []
         for run_id in sorted(self.store.list_dir(self.store.path("runs"))):
-            index = self._read_json_or_none(self.store.index_path(run_id))
-            if isinstance(index, dict) and index.get("checkpoints"):
+            index = CheckpointIndex.read(self.store, run_id)
+            if index is not None and index.checkpoints:
                 out.append(index)
         return out
 
@@ -593,8 +596,8 @@ class ModelRepository:
         """Every committed checkpoint in the store, and whether it is loaded here."""
         refs = []
         for index in await asyncio.to_thread(self._read_all_indexes):
-            ids = tuple(c["id"] for c in index["checkpoints"])
+            ids = index.ordered_ids
             for ckpt_id in ids:
-                ref = ModelRef(index["run_id"], index.get("run_name", ""), ckpt_id, ids)
+                ref = ModelRef(index.run_id, index.run_name, ckpt_id, ids)
                 refs.append((ref, self.is_loaded(ref)))
         return refs

@@ -30,11 +30,11 @@ import random
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from trainwire_core.store_documents import RegistryState, TrafficPolicy
 from trainwire_predictor.batching import Batcher
 from trainwire_predictor.inference import InferenceRequest, InferenceResponse
 from trainwire_predictor.model_repository import ModelRepository
@@ -71,13 +71,13 @@ class Split:
     shadow: str
 
     @classmethod
-    def of(cls, route: dict[str, Any]) -> Split:
+    def of(cls, route: TrafficPolicy) -> Split:
         targets, bounds, total = [], [], 0.0
-        for entry in route.get("weights") or ():
-            total += float(entry.get("weight", 0))
-            targets.append(str(entry.get("version", "")))
+        for weight in route.weights:
+            total += float(weight.weight)
+            targets.append(weight.version)
             bounds.append(total)
-        return cls(tuple(targets), tuple(bounds), str(route.get("shadow") or ""))
+        return cls(tuple(targets), tuple(bounds), route.shadow)
 
     def pick(self, routing_key: str = "", rng: random.Random | None = None) -> str:
         """The target a request goes to ("" when there are no weights): by its key's hash, else at random."""
@@ -170,7 +170,7 @@ class Router:
         self.metrics = ShadowMetrics(registry) if registry is not None else None
         # Outcome counts per (model, version, shadow version), for the agreement rate and tests.
         self.counts: collections.Counter[tuple[str, str, str, str]] = collections.Counter()
-        self._splits: dict[str, tuple[dict[str, Any], Split]] = {}
+        self._splits: dict[str, tuple[TrafficPolicy, Split]] = {}
         self._batcher: Batcher | None = None
         self._inflight = 0
         self._tasks: set[asyncio.Task[None]] = set()
@@ -193,13 +193,13 @@ class Router:
         known = self.models.fresh_registry(request.model_name)
         return None if known is None else self._apply(request, *known)
 
-    def _apply(self, request: InferenceRequest, run_id: str, state: dict[str, Any]) -> tuple[InferenceRequest, str]:
-        route = state.get("route")
+    def _apply(self, request: InferenceRequest, run_id: str, state: RegistryState) -> tuple[InferenceRequest, str]:
+        route = state.route
         if not route:
             return request, ""
         cached = self._splits.get(run_id)
         if cached is None or cached[0] is not route:
-            # The registry's dict is replaced on each read: one Split per read.
+            # The registry's state is a new object on each read: one Split per read.
             cached = self._splits[run_id] = (route, Split.of(route))
         split = cached[1]
         target = split.pick(request.routing_key, self.rng)

@@ -184,7 +184,7 @@ def test_a_route_is_set_only_from_valid_weights(served_store, weights):
         assert err.field.startswith("weights"), err.field
     else:
         assert valid
-        assert [(w["version"], w["weight"]) for w in state["route"]["weights"]] == weights
+        assert [(w.version, w.weight) for w in state.state.route.weights] == weights
 
 
 def test_parse_weights():

@@ -19,6 +19,7 @@ from trainwire.predictor import Predictor
 from trainwire_coordinator.model_registry import ModelRegistry
 from trainwire_core.errors import NotFoundError
 from trainwire_core.storage import Store
+from trainwire_core.store_documents import RouteWeight, TrafficPolicy
 from trainwire_predictor import routing
 from trainwire_predictor.batching import Batcher
 from trainwire_predictor.dataplane import DataPlane
@@ -122,8 +123,8 @@ def test_an_alias_resolves_moves_within_the_refresh_interval_and_rolls_back(regi
         assert {(await repo.resolve("m", "production")).checkpoint_id for repo in replicas} == {"v1"}
 
     asyncio.run(go())
-    history = registry.get("m")["history"]
-    assert [(h["version"], h["previous_version"]) for h in history] == [("v1", ""), ("v2", "v1"), ("v1", "v2")]
+    history = registry.get("m").state.history
+    assert [(h.version, h.previous_version) for h in history] == [("v1", ""), ("v2", "v1"), ("v1", "v2")]
 
 
 def test_a_response_names_the_version_an_alias_served_and_an_unknown_alias_is_not_found(registry, model_store):
@@ -183,9 +184,7 @@ def test_a_sticky_key_never_switches_version(registry, model_store):
 
 
 def test_split_picks_by_key_hash_and_never_a_zero_weight():
-    split = Split.of(
-        {"weights": [{"version": "a", "weight": 90}, {"version": "z", "weight": 0}, {"version": "b", "weight": 10}]}
-    )
+    split = Split.of(TrafficPolicy(weights=(RouteWeight("a", 90), RouteWeight("z", 0), RouteWeight("b", 10))))
     picks = [split.pick(f"k{i}") for i in range(2000)]
     assert "z" not in picks and picks == [split.pick(f"k{i}") for i in range(2000)]
     assert 0.85 < picks.count("a") / len(picks) < 0.95
