@@ -52,9 +52,12 @@ def _in_netns(
 
 def _project_on_the_twin(client: str, env: dict[str, str], tmp_path: Path) -> None:
     """A multi-file project, from a directory no service of the twin starts in or has on its path."""
-    wheel = sample_project.build_wheel(tmp_path / "wheels")
+    # A package the workers lack travels as a py_module: a runtime_env pip line may not name a local
+    # wheel (a path on the worker hosts), and the twin's hosts reach no package index.
+    sample_project.build_wheel(tmp_path / "wheels")
+    twtiny = tmp_path / "wheels" / "twtiny-src" / "twtiny"
     with_env = tmp_path / "project-with-env"
-    runtime_env = f'{{"working_dir": ".", "pip": [{str(wheel)!r}], "env_vars": {{"MODE": "fast"}}}}'
+    runtime_env = f'{{"working_dir": ".", "py_modules": [{str(twtiny)!r}], "env_vars": {{"MODE": "fast"}}}}'
     sample_project.write(with_env, "twin-runtime-env", runtime_env)
     done = _in_netns(client, [sys.executable, "train.py"], env, 600, cwd=with_env)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
