@@ -169,8 +169,8 @@ def test_predictor_refuses_a_corrupt_checkpoint_once_checked_and_others_keep_ser
 
 def test_the_predictors_compiled_cache_is_not_part_of_the_checkpoint(coordinator, client, store, tmp_path):
     """``.compiled/`` beside a model is the predictor's cache: not copied out, not uploadable."""
-    from trainwire_core.errors import InvalidArgumentError
     from trainwire_core.manifest import COMPILED_DIR
+    from trainwire_core.v1 import coordinator_pb2
 
     src = tmp_path / "src"
     src.mkdir()
@@ -181,10 +181,22 @@ def test_the_predictors_compiled_cache_is_not_part_of_the_checkpoint(coordinator
     assert sorted(os.listdir(ckpt.to_directory(tmp_path / "local"))) == [MANIFEST_NAME, "model.txt"]
     downloaded = client.download_checkpoint(info.uri, tmp_path / "downloaded")
     assert COMPILED_DIR not in os.listdir(downloaded)
+    # The SDK leaves trainwire's own files out of an upload (a local copy of a run's checkpoint has them) ...
     (src / COMPILED_DIR).mkdir()
     (src / COMPILED_DIR / "model.so").write_bytes(b"\x7fELF")
-    with pytest.raises(InvalidArgumentError, match="written by trainwire itself"):
-        client.upload_checkpoint(src, run_name="smuggled-library")
+    (src / MANIFEST_NAME).write_text('{"files": []}')
+    reuploaded = Checkpoint(client.upload_checkpoint(src, run_name="local-copy").uri)
+    assert sorted(os.listdir(reuploaded.to_directory(tmp_path / "reuploaded"))) == [MANIFEST_NAME, "model.txt"]
+    # ... and the coordinator refuses a request that lists them.
+    for smuggled in (f"{COMPILED_DIR}/model.so", MANIFEST_NAME):
+        header = coordinator_pb2.UploadCheckpointHeader(run_name="smuggled-library")
+        header.files.add(path=smuggled, size_bytes=4, sha256="0" * 64)
+        with pytest.raises(grpc.RpcError) as err:
+            client.stub.UploadCheckpoint(
+                iter([coordinator_pb2.UploadCheckpointRequest(header=header)]), metadata=client._metadata
+            )
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "written by trainwire itself" in err.value.details()
 
 
 def test_the_client_refuses_a_download_path_outside_the_target(tmp_path, monkeypatch):

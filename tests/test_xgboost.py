@@ -139,8 +139,10 @@ def test_warm_workers_serve_the_next_run_of_the_same_shape(coordinator, cancer_d
             run_config=RunConfig(verbose=0),
         ).fit()
 
+    # The first fit may itself reuse a group an earlier test of the same shape left warm.
+    first = fit()
     reused_before = coordinator.server.runs.pool.reused
-    first, second = fit(), fit()
+    second = fit()
     assert _worker_pids(first) == _worker_pids(second)
     assert coordinator.server.runs.pool.reused == reused_before + 1
     # Same model from warm workers: no state leaks from one run into the next.

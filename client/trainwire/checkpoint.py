@@ -72,6 +72,8 @@ class Checkpoint:
         self.path = path
         # Set by whoever checked the files against the manifest already (the predictor).
         self._verified = False
+        # Set on checkpoints a coordinator reported (a Result's): their URI lies in that coordinator's store.
+        self._committed = False
 
     @classmethod
     def from_directory(cls, path: str | os.PathLike) -> Checkpoint:
@@ -96,7 +98,16 @@ class Checkpoint:
     @classmethod
     def from_checkpoint(cls, other: Checkpoint) -> Checkpoint:
         """The same files seen as this class, e.g. ``TorchCheckpoint.from_checkpoint(result.checkpoint)``."""
-        return cls(other.path, other.filesystem)
+        ckpt = cls(other.path, other.filesystem)
+        ckpt._committed = other._committed
+        return ckpt
+
+    @classmethod
+    def _of_run(cls, uri: str) -> Checkpoint:
+        """A checkpoint a coordinator committed and reported at ``uri``."""
+        ckpt = cls(uri)
+        ckpt._committed = True
+        return ckpt
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Checkpoint:

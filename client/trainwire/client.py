@@ -183,10 +183,18 @@ class CoordinatorClient:
         """Uploads a local checkpoint directory; it becomes the checkpoint of a new run named ``run_name``."""
         from google.protobuf import json_format
 
-        from trainwire_core.storage import Store
+        from trainwire_core.manifest import is_derived_path
+        from trainwire_core.storage import MANIFEST_NAME, Store
 
         root = Path(directory)
-        files = sorted(p for p in root.rglob("*") if p.is_file())
+        # The coordinator writes the manifest and compiled models of the new checkpoint itself.
+        files = sorted(
+            p
+            for p in root.rglob("*")
+            if p.is_file()
+            and p.relative_to(root).as_posix() != MANIFEST_NAME
+            and not is_derived_path(p.relative_to(root).as_posix())
+        )
         header = coordinator_pb2.UploadCheckpointHeader(run_name=run_name)
         json_format.ParseDict(metrics or {}, header.metrics)
         for path in files:

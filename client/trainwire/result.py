@@ -81,11 +81,11 @@ class Result:
         latest = run.latest_checkpoint if run.HasField("latest_checkpoint") else None
         return cls(
             metrics=struct_to_dict(run.latest_metrics),
-            checkpoint=checkpoint_cls(latest.uri) if latest else None,
+            checkpoint=checkpoint_cls._of_run(latest.uri) if latest else None,
             error=WorkerFailure.from_proto(run.error) if run.HasField("error") else None,
             path=run.path,
             metrics_dataframe=pd.json_normalize(history, sep="/") if history else pd.DataFrame(),
-            best_checkpoints=[(checkpoint_cls(c.uri), struct_to_dict(c.metrics)) for c in run.best_checkpoints],
+            best_checkpoints=[(checkpoint_cls._of_run(c.uri), struct_to_dict(c.metrics)) for c in run.best_checkpoints],
             run_id=run.run_id,
             name=run.name,
             state=common_pb2.RunState.Name(run.state),

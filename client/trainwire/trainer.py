@@ -133,9 +133,10 @@ class BaseTrainer:
     def _checkpoint_uri(client: CoordinatorClient, checkpoint: Checkpoint) -> str:
         """A URI the workers can read: a local checkpoint is uploaded, except to this program's embedded coordinator.
 
-        Any other coordinator reads only its store and the prefixes its operator allows, even on loopback.
+        Any other coordinator reads only its store and the prefixes its operator allows, even on loopback; a
+        checkpoint a run reported (a Result's) is in the store already.
         """
-        if not checkpoint.is_local or session_client.is_embedded(client.address):
+        if not checkpoint.is_local or checkpoint._committed or session_client.is_embedded(client.address):
             return checkpoint.uri
         with checkpoint.as_directory() as d:
             return client.upload_checkpoint(d, run_name="uploaded-checkpoints").uri
