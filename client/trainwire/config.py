@@ -330,6 +330,8 @@ class RunConfig:
         runtime_env: Code and settings that travel with the run, Ray's keys
             (``working_dir``, ``py_modules``, ``pip``, ``env_vars``, ``excludes``): see
             ``trainwire.runtime_env``. ``worker_runtime_env`` (Ray Train's name) is the same.
+        callbacks: ``trainwire.callbacks.RunCallback`` objects (experiment trackers, V2
+            ``UserCallback``) the SDK calls from the run's event stream; they stay in this process.
 
     ``storage_path`` may start with ``~`` (expanded here, on the client).
     """
@@ -344,6 +346,7 @@ class RunConfig:
     local_dir: str | None = field(default=None, repr=False, compare=False)
     runtime_env: dict[str, Any] | None = None
     worker_runtime_env: dict[str, Any] | None = field(default=None, repr=False, compare=False)
+    callbacks: list[Any] | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if self.sync_config is None:

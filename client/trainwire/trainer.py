@@ -13,6 +13,7 @@ import pandas as pd
 import pyarrow as pa
 
 from trainwire import runtime_env, session_client
+from trainwire.callbacks import RunCallback, dispatch
 from trainwire.checkpoint import Checkpoint
 from trainwire.client import TERMINAL_STATES, CoordinatorClient, format_log_line
 from trainwire.config import RunConfig, ScalingConfig
@@ -166,6 +167,27 @@ class BaseTrainer:
         return request
 
     # --- running -----------------------------------------------------------------
+    def _callbacks(self) -> list[RunCallback]:
+        callbacks = list(self.run_config.callbacks or [])
+        for i, callback in enumerate(callbacks):
+            if not isinstance(callback, RunCallback):
+                raise InvalidArgumentError(
+                    f"run_config.callbacks[{i}] must be a trainwire.callbacks.RunCallback,"
+                    f" got {type(callback).__name__}",
+                    field=f"run_config.callbacks[{i}]",
+                )
+        return callbacks
+
+    def _tracked_config(self) -> dict[str, Any]:
+        """The parameters a tracker logs for the run: the loop's config or the model's params, and the scaling."""
+        config: dict[str, Any] = {}
+        for name in ("train_loop_config", "params", "estimator_params"):
+            value = getattr(self, name, None)
+            if isinstance(value, dict):
+                config.update(value)
+        config["num_workers"] = self.scaling_config.num_workers
+        return config
+
     def fit(self) -> Result:
         """Runs training to the end and returns its Result.
 
@@ -173,7 +195,9 @@ class BaseTrainer:
             TrainingFailedError: The run failed or was cancelled; ``.result`` holds the details.
         """
         client = get_client()
+        callbacks = self._callbacks()
         run = client.fit(self.build_request(client))
+        dispatch(callbacks, "on_run_start", run, self._tracked_config())
         history: list[dict[str, Any]] = []
         logs = WorkerOutput(client, run.run_id) if session_settings["log_to_driver"] else None
         with RunProgress(run.name, self._total_iterations(), enabled=bool(self.run_config.verbose)) as progress:
@@ -183,14 +207,22 @@ class BaseTrainer:
                     metrics = struct_to_dict(event.metrics.metrics)
                     history.append(metrics)
                     progress.metrics(metrics)
+                    dispatch(callbacks, "on_metrics", run, metrics)
+                elif kind == "checkpoint":
+                    dispatch(callbacks, "on_checkpoint", run, event.checkpoint)
+                elif kind == "worker_error":
+                    dispatch(callbacks, "on_worker_error", run, event.worker_error)
                 elif kind == "state_change":
-                    progress.state(common_pb2.RunState.Name(event.state_change.state), event.state_change.reason)
+                    state = common_pb2.RunState.Name(event.state_change.state)
+                    progress.state(state, event.state_change.reason)
+                    dispatch(callbacks, "on_state", run, state, event.state_change.reason)
                     if event.state_change.state in TERMINAL_STATES:
                         break
         if logs is not None:
             logs.join()
         run = client.get_run(run.run_id)
         result = Result.from_run(run, history, self.checkpoint_cls)
+        dispatch(callbacks, "on_run_end", run, result)
         if run.state != common_pb2.SUCCEEDED:
             detail = str(result.error) if result.error else run.state_reason
             raise TrainingFailedError(f"run {run.name!r} ({run.run_id}) ended {result.state}: {detail}", result)
