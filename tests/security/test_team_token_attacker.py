@@ -378,3 +378,21 @@ def test_an_upload_with_submit_code_is_served(services, tmp_path):
         time.sleep(0.3)
     assert status == 200, body
     assert body["outputs"][0]["data"] == pytest.approx([2.0])
+
+
+def test_a_model_that_cannot_be_loaded_answers_a_clear_status_naming_it(services, tmp_path):
+    from trainwire.client import CoordinatorClient
+
+    directory = tmp_path / "corrupt"
+    directory.mkdir()
+    (directory / "model.ubj").write_bytes(b"not an xgboost model")  # declares XGBoost by its file
+    client = CoordinatorClient(services["address"], token=TOKENS["mallory"]["token"])
+    client.upload_checkpoint(directory, "corrupt-model")
+    client.close()
+    status, body = _rest_infer(services["rest"], "corrupt-model")
+    assert status == 400 and "'corrupt-model'" in body["error"] and "cannot be loaded" in body["error"], body
+    request = grpc_service_pb2.ModelInferRequest(model_name="corrupt-model")
+    request.inputs.add(name="a", datatype="FP32", shape=[1]).contents.fp32_contents.append(1.0)
+    err = _refused(services["predictor"].ModelInfer, request, "web")
+    assert err.code() == grpc.StatusCode.FAILED_PRECONDITION, err.details()
+    assert "'corrupt-model'" in err.details() and _field(err) == "model_name"
