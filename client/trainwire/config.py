@@ -19,6 +19,9 @@ _STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
 
 
 MAX_WORKERS = 10_000
+# Ray's accelerator_type: a custom resource every node with that accelerator has 1 of.
+ACCELERATOR_RESOURCE_PREFIX = "accelerator_type:"
+ACCELERATOR_SLIVER = 0.001
 _URI_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 
 
@@ -72,8 +75,11 @@ class ScalingConfig:
     Args:
         num_workers: Number of worker processes (>= 1), or ``(min, max)`` for an elastic run
             (as in Ray Train V2): it starts with as many as fit, at least ``min``, and grows
-            at checkpoints up to ``max``.
+            at checkpoints up to ``max``. 0 is Ray Train V2's local mode: ``fit()`` runs the
+            loop in the calling process, with no coordinator and no Ray (for debugging).
         use_gpu: Give each worker one GPU.
+        accelerator_type: Place workers only on nodes with this accelerator (e.g. "A100"), as
+            Ray does: each worker asks for a sliver of the ``accelerator_type:<type>`` resource.
         resources_per_worker: Resources each worker reserves; default {"CPU": 1}.
         trainer_resources: Extra resources reserved for the run's trainer bundle.
         placement_strategy: PACK, SPREAD, STRICT_PACK or STRICT_SPREAD.
@@ -84,6 +90,7 @@ class ScalingConfig:
     resources_per_worker: dict[str, float] | None = None
     trainer_resources: dict[str, float] | None = None
     placement_strategy: str = "PACK"
+    accelerator_type: str | None = None
 
     @classmethod
     def coerce(cls, value: object) -> ScalingConfig:
@@ -111,9 +118,9 @@ class ScalingConfig:
                     field="scaling_config.num_workers",
                 )
             self.num_workers = bounds if bounds[0] < bounds[1] else bounds[0]
-        elif type(self.num_workers) is not int or self.num_workers < 1:
+        elif type(self.num_workers) is not int or self.num_workers < 0:
             raise InvalidArgumentError(
-                f"scaling_config.num_workers must be an integer >= 1, got {self.num_workers!r}",
+                f"scaling_config.num_workers must be an integer >= 1 (or 0: local mode), got {self.num_workers!r}",
                 field="scaling_config.num_workers",
             )
         if self.max_workers > MAX_WORKERS:
@@ -130,6 +137,19 @@ class ScalingConfig:
             )
         _check_resources(self.resources_per_worker, "scaling_config.resources_per_worker")
         _check_resources(self.trainer_resources, "scaling_config.trainer_resources")
+        accelerator = self.accelerator_type
+        if accelerator is not None and (
+            not isinstance(accelerator, str) or not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", accelerator)
+        ):
+            raise InvalidArgumentError(
+                f"scaling_config.accelerator_type must be a name such as 'A100', got {self.accelerator_type!r}",
+                field="scaling_config.accelerator_type",
+            )
+
+    @property
+    def local_mode(self) -> bool:
+        """``num_workers=0``: the loop runs in the calling process."""
+        return self.num_workers == 0
 
     @property
     def worker_resources(self) -> dict[str, float]:
@@ -137,6 +157,8 @@ class ScalingConfig:
         res = dict(self.resources_per_worker or {"CPU": 1.0})
         if self.use_gpu:
             res.setdefault("GPU", 1.0)
+        if self.accelerator_type:
+            res.setdefault(f"{ACCELERATOR_RESOURCE_PREFIX}{self.accelerator_type}", ACCELERATOR_SLIVER)
         return res
 
     @property
@@ -148,17 +170,32 @@ class ScalingConfig:
         return self.num_workers[1] if isinstance(self.num_workers, tuple) else self.num_workers
 
     def to_proto(self) -> common_pb2.ScalingConfig:
+        if self.local_mode:
+            raise InvalidArgumentError(
+                "scaling_config.num_workers=0 is local mode: fit() runs it in this process, not on a coordinator",
+                field="scaling_config.num_workers",
+            )
+        resources = dict(self.resources_per_worker or {})
+        if self.accelerator_type:
+            if not resources:
+                resources["CPU"] = 1.0
+            resources.setdefault(f"{ACCELERATOR_RESOURCE_PREFIX}{self.accelerator_type}", ACCELERATOR_SLIVER)
         return common_pb2.ScalingConfig(
             num_workers=self.max_workers,
             min_workers=self.min_workers if isinstance(self.num_workers, tuple) else 0,
             use_gpu=self.use_gpu,
-            resources_per_worker=self.resources_per_worker or {},
+            resources_per_worker=resources,
             trainer_resources=self.trainer_resources or {},
             placement_strategy=self.placement_strategy,
         )
 
     @classmethod
     def from_proto(cls, msg: common_pb2.ScalingConfig) -> ScalingConfig:
+        if msg.num_workers < 1:  # local mode never reaches a coordinator
+            raise InvalidArgumentError(
+                f"scaling_config.num_workers must be an integer >= 1, got {msg.num_workers}",
+                field="scaling_config.num_workers",
+            )
         if msg.min_workers and not 1 <= msg.min_workers <= msg.num_workers:
             raise InvalidArgumentError(
                 f"scaling_config.min_workers must be between 1 and num_workers ({msg.num_workers}), "

@@ -22,6 +22,7 @@ from trainwire.progress import RunProgress
 from trainwire.result import Result
 from trainwire.session_client import get_client
 from trainwire.session_client import settings as session_settings
+from trainwire.train.v2 import UserCallback, ValidationConfig
 from trainwire_core.errors import InvalidArgumentError, TrainingFailedError, TrainwireError
 from trainwire_core.structs import struct_to_dict, to_struct
 from trainwire_core.v1 import common_pb2, coordinator_pb2
@@ -194,6 +195,10 @@ class BaseTrainer:
         Raises:
             TrainingFailedError: The run failed or was cancelled; ``.result`` holds the details.
         """
+        if self.scaling_config.local_mode:
+            from trainwire.train.local import run_local
+
+            return run_local(self)
         client = get_client()
         callbacks = self._callbacks()
         run = client.fit(self.build_request(client))
@@ -208,6 +213,8 @@ class BaseTrainer:
                     history.append(metrics)
                     progress.metrics(metrics)
                     dispatch(callbacks, "on_metrics", run, metrics)
+                    user = [c for c in callbacks if isinstance(c, UserCallback)]
+                    dispatch(user, "_on_report", run, event.metrics.report_index, metrics)
                 elif kind == "checkpoint":
                     dispatch(callbacks, "on_checkpoint", run, event.checkpoint)
                 elif kind == "worker_error":
@@ -241,6 +248,8 @@ class DataParallelTrainer(BaseTrainer):
         train_loop_config: Passed to the loop.
         backend_config: Framework options (e.g. torch ``{"backend": "gloo"}``).
         dataset_config: Which datasets are split across the workers (``DataConfig``; default: ``train``).
+        validation_config: Ray Train V2's asynchronous validation (``ValidationConfig(fn)``):
+            ``train.report(..., validation=True)`` runs ``fn`` on that checkpoint beside the loop.
     """
 
     framework = "data_parallel"
@@ -252,9 +261,20 @@ class DataParallelTrainer(BaseTrainer):
         train_loop_config: dict[str, Any] | None = None,
         backend_config: dict[str, Any] | None = None,
         dataset_config: DataConfig | dict[str, Any] | None = None,
+        validation_config: ValidationConfig | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        if validation_config is not None and not isinstance(validation_config, ValidationConfig):
+            raise InvalidArgumentError(
+                "validation_config must be a trainwire.train.ValidationConfig", field="validation_config"
+            )
+        if validation_config is not None and not callable(train_loop_per_worker):
+            raise InvalidArgumentError(
+                "validation_config needs train_loop_per_worker as a function (not an entry point)",
+                field="validation_config",
+            )
+        self.validation_config = validation_config
         self.dataset_config = DataConfig.coerce(dataset_config) if dataset_config is not None else None
         if not (callable(train_loop_per_worker) or isinstance(train_loop_per_worker, str)):
             raise InvalidArgumentError(
@@ -272,16 +292,45 @@ class DataParallelTrainer(BaseTrainer):
 
     def _code_objects(self) -> list[Any]:
         code = [self.train_loop_per_worker, self.train_loop_config] if callable(self.train_loop_per_worker) else []
+        if self.validation_config is not None:
+            code.append(self.validation_config.fn)
         return code + super()._code_objects()
+
+    def _loop_for_workers(self) -> Callable[..., Any]:
+        """The loop the workers run: with a ValidationConfig, one that hands it to the session first."""
+        loop = self.train_loop_per_worker
+        if self.validation_config is None:
+            return loop
+        return with_validation(loop, self.validation_config)
 
     def _fill_spec(self, request: coordinator_pb2.FitRequest) -> None:
         spec = request.data_parallel
         if isinstance(self.train_loop_per_worker, str):
             spec.train_loop.entry_point = self.train_loop_per_worker
         else:
-            spec.train_loop.pickled_function = pickle_by_value(self.train_loop_per_worker)
+            spec.train_loop.pickled_function = pickle_by_value(self._loop_for_workers())
         if self.train_loop_config is not None:
             spec.pickled_train_loop_config = cloudpickle.dumps(self.train_loop_config)
         spec.backend_config.CopyFrom(to_struct(self.backend_config, "data_parallel.backend_config"))
         if self.dataset_config is not None:  # else the coordinator's default: "train" only
             spec.data_config.CopyFrom(self.dataset_config.to_proto())
+
+
+def with_validation(loop: Callable[..., Any], validation: ValidationConfig) -> Callable[..., Any]:
+    """``loop`` with the session told of ``validation`` before it starts (same arity as ``loop``)."""
+    from trainwire.train.context import get_session
+
+    if inspect.signature(loop).parameters:
+
+        def validated_loop(config: Any) -> Any:
+            get_session().set_validation(validation)
+            return loop(config)
+
+    else:
+
+        def validated_loop() -> Any:  # type: ignore[misc]
+            get_session().set_validation(validation)
+            return loop()
+
+    validated_loop.__module__ = getattr(loop, "__module__", __name__)
+    return validated_loop

@@ -1,23 +1,71 @@
-"""The worker's implementation of the ``trainwire.train`` session."""
+"""The worker's implementation of the ``trainwire.train`` session.
+
+A report with a checkpoint is persisted one of three ways (Train V2's CheckpointUploadMode):
+SYNC copies it before ``report`` returns; ASYNC hands it to this worker's upload thread and
+returns at once; NO_UPLOAD registers files the loop already put in the run's storage. Every
+report goes out on the report stream in the order the loop made them (an ASYNC one waits in
+the stream's queue until its upload is done), so the coordinator commits them in that order.
+"""
 
 from __future__ import annotations
 
+import logging
+import os
+import posixpath
+import shutil
+import tempfile
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from trainwire.checkpoint import Checkpoint
 from trainwire.train.context import TrainContext, TrainSession
+from trainwire.train.v2 import (
+    CheckpointConsistencyMode,
+    CheckpointUploadMode,
+    ReportedCheckpoint,
+    ValidationConfig,
+    ValidationTaskConfig,
+)
 from trainwire_core.datasets import ShardSpec
 from trainwire_core.errors import InvalidArgumentError
-from trainwire_core.storage import Store
+from trainwire_core.storage import RANK_STAGING_PREFIX, ManifestEntry, Store, is_path_component
+from trainwire_core.store_documents import CheckpointIndex
 from trainwire_core.structs import metrics_to_struct
 from trainwire_core.v1 import common_pb2, worker_reports_pb2
 from trainwire_worker.artifacts import ArtifactSyncer
 from trainwire_worker.datasets import read_shard
 from trainwire_worker.report_client import ReportStreamClient
 
+logger = logging.getLogger(__name__)
+
 
 def checkpoint_id_for(report_index: int) -> str:
     return f"checkpoint_{report_index:06d}"
+
+
+def _snapshot(local_dir: str) -> str | None:
+    """Hard links of a directory's files in a new directory beside it, or None where links fail.
+
+    An ASYNC upload reads the snapshot, so the loop may delete or rewrite its directory (a
+    ``TemporaryDirectory`` ends with the ``with`` block) without waiting for the upload.
+    """
+    parent = os.path.dirname(os.path.abspath(local_dir))
+    try:
+        snap = tempfile.mkdtemp(prefix=".trainwire-upload-", dir=parent)
+    except OSError:
+        return None
+    try:
+        for root, _, names in os.walk(local_dir):
+            rel = os.path.relpath(root, local_dir)
+            os.makedirs(os.path.join(snap, rel), exist_ok=True)
+            for name in names:
+                os.link(os.path.join(root, name), os.path.join(snap, rel, name))
+    except OSError:
+        shutil.rmtree(snap, ignore_errors=True)
+        return None
+    return snap
 
 
 class WorkerSession(TrainSession):
@@ -50,39 +98,277 @@ class WorkerSession(TrainSession):
         self._shards = dataset_shards
         self._next_index = next_report_index
         self._artifacts = artifacts
+        self.validation_config: ValidationConfig | None = None
+        # One thread each: uploads in report order, validations in report order beside them.
+        self._uploader: ThreadPoolExecutor | None = None
+        self._validator: ThreadPoolExecutor | None = None
+        self._inflight: list[Future] = []
+        self._lock = threading.Lock()
+        self._last_checkpoint_index = 0
 
-    def report(self, metrics: dict[str, Any], checkpoint: Checkpoint | None = None) -> None:
+    # --- report -----------------------------------------------------------------------
+    def report(
+        self,
+        metrics: dict[str, Any],
+        checkpoint: Checkpoint | None = None,
+        checkpoint_dir_name: str | None = None,
+        checkpoint_upload_mode: CheckpointUploadMode = CheckpointUploadMode.SYNC,
+        delete_local_checkpoint_after_upload: bool | None = None,
+        checkpoint_upload_fn: Any = None,
+        validation: bool | ValidationTaskConfig = False,
+    ) -> None:
         if not isinstance(metrics, dict):
             raise InvalidArgumentError(f"train.report metrics must be a dict, got {type(metrics).__name__}")
+        mode = CheckpointUploadMode(checkpoint_upload_mode)
+        if checkpoint_dir_name is not None and not is_path_component(checkpoint_dir_name):
+            raise InvalidArgumentError(
+                f"train.report checkpoint_dir_name must be one plain directory name, got {checkpoint_dir_name!r}",
+                field="checkpoint_dir_name",
+            )
+        if validation and checkpoint is None:
+            raise InvalidArgumentError("train.report: validation needs a checkpoint", field="validation")
+        if validation and self.validation_config is None:
+            raise InvalidArgumentError(
+                "train.report(validation=...) needs the trainer's validation_config=ValidationConfig(fn)",
+                field="validation",
+            )
+        self._raise_failed_upload()
+        if delete_local_checkpoint_after_upload is None:
+            delete_local_checkpoint_after_upload = mode._default_delete_local_checkpoint_after_upload()
         index = self._next_index
         self._next_index += 1
         msg = worker_reports_pb2.TrainingReport(report_index=index, metrics=metrics_to_struct(metrics))
-        if checkpoint is not None:
-            checkpoint_id = checkpoint_id_for(index)
-            dest = self._store.checkpoint_dir(self.context.run_id, checkpoint_id)
-            # Two ranks may write the same file name: each but rank 0 uploads aside and the
-            # commit merges, so what the manifest lists is what the store holds.
-            upload_to = (
-                dest if self.context.world_rank == 0 else self._store.rank_staging_dir(dest, self.context.world_rank)
+        if checkpoint is None:
+            self._send(msg)
+            return
+        checkpoint_id = checkpoint_dir_name or checkpoint_id_for(index)
+        self._last_checkpoint_index = index
+        validate = validation if validation and self.context.world_rank == 0 else None
+        if mode is CheckpointUploadMode.ASYNC:
+            snap = _snapshot(checkpoint.path) if checkpoint.is_local and checkpoint_upload_fn is None else None
+            source = Checkpoint.from_directory(snap) if snap else checkpoint
+            future = self._pool("uploader").submit(
+                self._persist, msg, source, checkpoint_id, mode, checkpoint_upload_fn, metrics
             )
+            if snap or delete_local_checkpoint_after_upload:
+                future.add_done_callback(
+                    lambda _: self._cleanup(snap, checkpoint if delete_local_checkpoint_after_upload else None)
+                )
+            if validate is not None:
+                future = self._chain_validation(future, validate)
+            self._inflight.append(future)
+            self._reports.send_later(future)
+            return
+        report = self._persist(msg, checkpoint, checkpoint_id, mode, checkpoint_upload_fn, metrics)
+        if delete_local_checkpoint_after_upload and mode is CheckpointUploadMode.SYNC:
+            self._cleanup(None, checkpoint)
+        if validate is not None:
+            done: Future = Future()
+            done.set_result(report)
+            future = self._chain_validation(done, validate)
+            self._inflight.append(future)
+            self._reports.send_later(future)
+        else:
+            self._reports.send(report)
+
+    def _pool(self, name: str) -> ThreadPoolExecutor:
+        with self._lock:
+            if getattr(self, f"_{name}") is None:
+                setattr(self, f"_{name}", ThreadPoolExecutor(1, thread_name_prefix=f"trainwire-{name}"))
+            return getattr(self, f"_{name}")
+
+    def _wrap(self, msg: worker_reports_pb2.TrainingReport) -> worker_reports_pb2.WorkerReport:
+        return worker_reports_pb2.WorkerReport(
+            run_id=self.context.run_id, attempt=self.context.attempt, world_rank=self.context.world_rank, report=msg
+        )
+
+    def _send(self, msg: worker_reports_pb2.TrainingReport) -> None:
+        self._reports.send(self._wrap(msg))
+
+    def _raise_failed_upload(self) -> None:
+        for future in [f for f in self._inflight if f.done()]:
+            self._inflight.remove(future)
+            if future.exception() is not None:
+                raise RuntimeError(f"an ASYNC checkpoint upload failed: {future.exception()}") from future.exception()
+
+    @staticmethod
+    def _cleanup(snap: str | None, checkpoint: Checkpoint | None) -> None:
+        if snap:
+            shutil.rmtree(snap, ignore_errors=True)
+        if checkpoint is not None and checkpoint.is_local:
+            shutil.rmtree(checkpoint.path, ignore_errors=True)
+
+    def _persist(
+        self,
+        msg: worker_reports_pb2.TrainingReport,
+        checkpoint: Checkpoint,
+        checkpoint_id: str,
+        mode: CheckpointUploadMode,
+        upload_fn: Any,
+        metrics: dict[str, Any],
+    ) -> worker_reports_pb2.WorkerReport:
+        """Puts the checkpoint's files where the commit takes them; returns the report to send."""
+        dest = self._store.checkpoint_dir(self.context.run_id, checkpoint_id)
+        # Two ranks may write the same file name: each but rank 0 uploads aside and the
+        # commit merges, so what the manifest lists is what the store holds.
+        upload_to = (
+            dest if self.context.world_rank == 0 else self._store.rank_staging_dir(dest, self.context.world_rank)
+        )
+        if upload_fn is not None:
+            uploaded = upload_fn(checkpoint, checkpoint_id)
+            if not isinstance(uploaded, Checkpoint):
+                raise InvalidArgumentError(
+                    f"checkpoint_upload_fn must return a Checkpoint, got {type(uploaded).__name__}",
+                    field="checkpoint_upload_fn",
+                )
+            files = self._register_in_place(uploaded, dest, upload_to)
+        elif mode is CheckpointUploadMode.NO_UPLOAD:
+            files = self._register_in_place(checkpoint, dest, upload_to)
+        else:
             with checkpoint.as_directory() as local_dir:
                 files = self._store.upload_dir(local_dir, upload_to)
-            msg.checkpoint_id = checkpoint_id
-            msg.files.extend(
-                common_pb2.ManifestFile(path=f.path, size_bytes=f.size_bytes, sha256=f.sha256) for f in files
+        msg.checkpoint_id = checkpoint_id
+        msg.files.extend(common_pb2.ManifestFile(path=f.path, size_bytes=f.size_bytes, sha256=f.sha256) for f in files)
+        # A checkpoint reported in this run is what a restart resumes from.
+        self._checkpoint = Checkpoint(self._store.uri_of(dest))
+        if self._artifacts is not None:
+            self._artifacts.on_checkpoint()
+        return self._wrap(msg)
+
+    def _register_in_place(self, checkpoint: Checkpoint, dest: str, upload_to: str) -> list[ManifestEntry]:
+        """A checkpoint the loop (or its upload function) wrote into the run's storage: no copy.
+
+        It must lie below the run's directory in this store; files elsewhere are refused, so
+        a report cannot make the coordinator commit (and later delete) what the run does not own.
+        """
+        run_dir = self._store.run_dir(self.context.run_id).rstrip("/")
+        path = posixpath.normpath(str(checkpoint.path).split("?", 1)[0]) if checkpoint.path else ""
+        same_store = type(checkpoint.filesystem) is type(self._store.fs)
+        if ".." in str(checkpoint.path).split("/") or not same_store or not path.startswith(run_dir + "/"):
+            raise InvalidArgumentError(
+                f"a NO_UPLOAD checkpoint must already be in the run's storage ({self._store.uri_of(run_dir)}), "
+                f"got {checkpoint.uri!r}; write it under train.get_context().get_storage()"
+                ".build_checkpoint_path_from_name(name), or use SYNC or ASYNC",
+                field="checkpoint",
             )
-            # A checkpoint reported in this run is what a restart resumes from.
-            self._checkpoint = Checkpoint(self._store.uri_of(dest))
-            if self._artifacts is not None:
-                self._artifacts.on_checkpoint()
-        self._reports.send(
-            worker_reports_pb2.WorkerReport(
-                run_id=self.context.run_id,
-                attempt=self.context.attempt,
-                world_rank=self.context.world_rank,
-                report=msg,
+        rel_inside = path[len(run_dir) + 1 :]
+        if rel_inside.startswith(("checkpoints/", "checkpoints.json")) and path != dest.rstrip("/"):
+            raise InvalidArgumentError(
+                f"a NO_UPLOAD checkpoint in the run's checkpoints folder must be the one of its name ({dest})",
+                field="checkpoint",
             )
+        if path == dest.rstrip("/") and upload_to != dest:
+            raise InvalidArgumentError(
+                "on ranks other than 0 a NO_UPLOAD checkpoint must be a directory of its own in the run's storage "
+                "(rank 0's files are the ones at the checkpoint's path)",
+                field="checkpoint",
+            )
+        entries = []
+        for rel, _ in self._store.walk_files(path):
+            if rel.split("/", 1)[0].startswith(RANK_STAGING_PREFIX):
+                continue
+            src = f"{path}/{rel}"
+            target = f"{upload_to}/{rel}"
+            if src != target:
+                self._store.move(src, target)
+            entries.append(self._hash_stored(target, rel))
+        return entries
+
+    def _hash_stored(self, path: str, rel: str) -> ManifestEntry:
+        import hashlib
+
+        digest, size = hashlib.sha256(), 0
+        with self._store.fs.open_input_stream(path) as f:
+            while chunk := f.read(1 << 20):
+                digest.update(chunk)
+                size += len(chunk)
+        return ManifestEntry(rel, size, digest.hexdigest())
+
+    # --- validation ---------------------------------------------------------------------
+    def _chain_validation(self, upload: Future, validation: bool | ValidationTaskConfig) -> Future:
+        """A Future of the report once its checkpoint's validation metrics have joined rank 0's."""
+        config = self.validation_config
+        assert config is not None
+        result: Future = Future()
+
+        def validate() -> None:
+            try:
+                report = upload.result()
+            except BaseException as exc:  # noqa: BLE001 - the stream surfaces it
+                result.set_exception(exc)
+                return
+            try:
+                metrics = self._run_validation(config, report, validation)
+                if metrics:
+                    report.report.metrics.update(metrics_to_struct(metrics))
+            except Exception:  # noqa: BLE001 - as Ray: a failed validation leaves the checkpoint unvalidated
+                logger.exception("validation of %s failed", report.report.checkpoint_id)
+            result.set_result(report)
+
+        self._pool("validator").submit(validate)
+        return result
+
+    def _run_validation(
+        self, config: ValidationConfig, report: worker_reports_pb2.WorkerReport, validation: Any
+    ) -> dict[str, Any]:
+        checkpoint = Checkpoint(
+            self._store.uri_of(self._store.checkpoint_dir(self.context.run_id, report.report.checkpoint_id))
         )
+        kwargs = config.kwargs_for(validation)
+        timeout = config.timeout_for(validation)
+        box: dict[str, Any] = {}
+
+        def run() -> None:
+            try:
+                box["metrics"] = config.fn(checkpoint, **kwargs)
+            except BaseException as exc:  # noqa: BLE001 - raised below
+                box["error"] = exc
+
+        thread = threading.Thread(target=run, name="trainwire-validate", daemon=True)
+        thread.start()
+        thread.join(timeout)
+        if thread.is_alive():
+            raise TimeoutError(f"validation took over {timeout} s")
+        if "error" in box:
+            raise box["error"]
+        metrics = box.get("metrics") or {}
+        if not isinstance(metrics, dict):
+            raise TypeError(f"the validation function must return a dict, got {type(metrics).__name__}")
+        return metrics
+
+    # --- reading back -------------------------------------------------------------------
+    def get_all_reported_checkpoints(
+        self,
+        consistency_mode: CheckpointConsistencyMode = CheckpointConsistencyMode.VALIDATED,
+        timeout_s: float | None = None,
+    ) -> list[ReportedCheckpoint]:
+        """The run's committed checkpoints (those retention keeps), oldest first.
+
+        Waits until every checkpoint this worker reported is committed; validation runs
+        before the commit here, so VALIDATED and COMMITTED wait alike.
+        """
+        CheckpointConsistencyMode(consistency_mode)
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        for future in list(self._inflight):
+            future.exception(timeout=None if deadline is None else max(0.0, deadline - time.monotonic()))
+        self._raise_failed_upload()
+        index_path = self._store.index_path(self.context.run_id)
+        while True:
+            exists = self._store.exists(index_path)
+            index = CheckpointIndex.from_json(self._store.read_json(index_path)) if exists else None
+            entries = sorted(index.checkpoints, key=lambda e: e.index) if index else []
+            if not self._last_checkpoint_index or (entries and entries[-1].index >= self._last_checkpoint_index):
+                break
+            if deadline is not None and time.monotonic() > deadline:
+                raise TimeoutError(f"the run's checkpoints were not committed within {timeout_s} s")
+            time.sleep(0.02)
+        return [
+            ReportedCheckpoint(
+                Checkpoint._of_run(self._store.uri_of(self._store.checkpoint_dir(self.context.run_id, e.id))),
+                dict(e.metrics),
+            )
+            for e in entries
+        ]
 
     def get_checkpoint(self) -> Checkpoint | None:
         return self._checkpoint

@@ -14,15 +14,33 @@ packages under Ray's module paths (``trainwire.torch``, ...), imported only when
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from trainwire.checkpoint import Checkpoint
 from trainwire.config import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig, SyncConfig
 from trainwire.train.context import TrainContext, get_session
+from trainwire.train.v2 import (
+    CheckpointConsistencyMode,
+    CheckpointUploadMode,
+    ReportedCheckpoint,
+    TrainRunContext,
+    UserCallback,
+    ValidationConfig,
+    ValidationTaskConfig,
+)
 
 __all__ = [
     "Checkpoint",
     "CheckpointConfig",
+    "CheckpointConsistencyMode",
+    "CheckpointUploadMode",
+    "ReportedCheckpoint",
+    "TrainRunContext",
+    "UserCallback",
+    "ValidationConfig",
+    "ValidationTaskConfig",
+    "get_all_reported_checkpoints",
     "FailureConfig",
     "RunConfig",
     "ScalingConfig",
@@ -43,14 +61,54 @@ __all__ = [
 ]
 
 
-def report(metrics: dict[str, Any], checkpoint: Checkpoint | None = None) -> None:
-    """Reports metrics (and optionally a checkpoint) from this worker.
+def report(
+    metrics: dict[str, Any],
+    checkpoint: Checkpoint | None = None,
+    checkpoint_dir_name: str | None = None,
+    checkpoint_upload_mode: CheckpointUploadMode = CheckpointUploadMode.SYNC,
+    delete_local_checkpoint_after_upload: bool | None = None,
+    checkpoint_upload_fn: Callable[[Checkpoint, str], Checkpoint] | None = None,
+    validation: bool | ValidationTaskConfig = False,
+) -> None:
+    """Reports metrics (and optionally a checkpoint) from this worker, as Ray Train V2's.
 
-    Every worker must call ``report`` the same number of times; rank 0's
-    metrics are the run's. Checkpoint files are copied to the shared store
-    before this returns, so the directory may be deleted afterwards.
+    Every worker must call ``report`` the same number of times; rank 0's metrics are the
+    run's. Checkpoints are committed in report order.
+
+    Args:
+        metrics: JSON-able metrics.
+        checkpoint: A checkpoint to persist in the run's storage.
+        checkpoint_dir_name: The checkpoint's directory name (default ``checkpoint_<index>``);
+            unique within the run.
+        checkpoint_upload_mode: SYNC copies before returning (the directory may be deleted
+            after); ASYNC returns at once and copies in the background (a local directory's
+            files are hard-linked first where the filesystem allows, so the loop may delete it;
+            else leave it until ``get_all_reported_checkpoints`` returns); NO_UPLOAD registers
+            a checkpoint already in the run's storage.
+        delete_local_checkpoint_after_upload: Delete the local directory once copied
+            (default: True for ASYNC, else False).
+        checkpoint_upload_fn: ``fn(checkpoint, dir_name) -> Checkpoint`` that persists the
+            checkpoint itself into the run's storage (see ``get_context().get_storage()``).
+        validation: True, or a ValidationTaskConfig: run the trainer's ValidationConfig on
+            this checkpoint, beside the loop; its metrics join the checkpoint's.
     """
-    get_session().report(metrics, checkpoint)
+    get_session().report(
+        metrics,
+        checkpoint,
+        checkpoint_dir_name=checkpoint_dir_name,
+        checkpoint_upload_mode=checkpoint_upload_mode,
+        delete_local_checkpoint_after_upload=delete_local_checkpoint_after_upload,
+        checkpoint_upload_fn=checkpoint_upload_fn,
+        validation=validation,
+    )
+
+
+def get_all_reported_checkpoints(
+    consistency_mode: CheckpointConsistencyMode = CheckpointConsistencyMode.VALIDATED,
+    timeout_s: float | None = None,
+) -> list[ReportedCheckpoint]:
+    """The run's committed checkpoints with their metrics, oldest first, once this worker's reports are in."""
+    return get_session().get_all_reported_checkpoints(consistency_mode, timeout_s)
 
 
 def get_checkpoint() -> Checkpoint | None:
@@ -63,9 +121,9 @@ def get_context() -> TrainContext:
     return get_session().context
 
 
-def get_dataset_shard(name: str = "train") -> Any:
+def get_dataset_shard(dataset_name: str | None = "train") -> Any:
     """This worker's shard of a dataset passed to the trainer (a Ray Data iterator)."""
-    return get_session().get_dataset_shard(name)
+    return get_session().get_dataset_shard(dataset_name or "train")
 
 
 def get_world_size() -> int:

@@ -46,12 +46,34 @@ class TrainContext:
     def get_trial_name(self) -> str:
         return self.run_name
 
-    def get_storage(self) -> str:
-        return self.storage_path
+    def get_storage(self) -> StorageInfo:
+        """The run's directory in the shared store (a URI string), with Ray's StorageContext helpers."""
+        return StorageInfo(self.storage_path)
 
     def get_trial_dir(self) -> str:
         """A local directory for this worker's artifacts (logs, plots, ...), as in Ray Train."""
         return self.trial_dir
+
+
+class StorageInfo(str):
+    """The URI of the run's directory in the store; a ``str``, with Ray's ``StorageContext`` helpers.
+
+    ``build_checkpoint_path_from_name(name)`` is where a checkpoint of that directory name is
+    committed: a loop that writes there itself reports it with ``CheckpointUploadMode.NO_UPLOAD``.
+    """
+
+    @property
+    def experiment_fs_path(self) -> str:
+        return str(self)
+
+    @property
+    def storage_path(self) -> str:
+        return str(self)
+
+    def build_checkpoint_path_from_name(self, name: str) -> str:
+        return f"{str(self).split('?', 1)[0].rstrip('/')}/checkpoints/{name}" + (
+            "?" + str(self).split("?", 1)[1] if "?" in self else ""
+        )
 
 
 class TrainSession(abc.ABC):
@@ -60,7 +82,16 @@ class TrainSession(abc.ABC):
     context: TrainContext
 
     @abc.abstractmethod
-    def report(self, metrics: dict[str, Any], checkpoint: Checkpoint | None = None) -> None: ...
+    def report(self, metrics: dict[str, Any], checkpoint: Checkpoint | None = None, **options: Any) -> None:
+        """``options``: Train V2's checkpoint_dir_name, checkpoint_upload_mode,
+        delete_local_checkpoint_after_upload, checkpoint_upload_fn and validation."""
+
+    def get_all_reported_checkpoints(self, consistency_mode: Any, timeout_s: float | None) -> list[Any]:
+        raise NotImplementedError(f"{type(self).__name__} does not keep reported checkpoints")
+
+    def set_validation(self, config: Any) -> None:
+        """The trainer's ValidationConfig, set before the loop starts."""
+        self.validation_config = config
 
     @abc.abstractmethod
     def get_checkpoint(self) -> Checkpoint | None: ...
@@ -83,4 +114,9 @@ def get_session() -> TrainSession:
             "trainwire.train functions work only inside a training loop run by a trainwire worker "
             "(pass the loop to a Trainer and call fit())"
         )
+    return _session
+
+
+def get_session_or_none() -> TrainSession | None:
+    """The session of the loop running in this process, if one is."""
     return _session

@@ -1,0 +1,218 @@
+"""Ray Train V2's report options, validation and user callbacks (``ray.train`` since Ray 2.51).
+
+``from trainwire import train`` gives each of these under Ray's name: ``train.CheckpointUploadMode``,
+``train.CheckpointConsistencyMode``, ``train.ValidationConfig``, ``train.ValidationTaskConfig``,
+``train.ReportedCheckpoint`` and ``train.UserCallback``.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from trainwire.callbacks import RunCallback
+from trainwire.checkpoint import Checkpoint
+from trainwire_core.errors import InvalidArgumentError
+
+if TYPE_CHECKING:
+    from trainwire.result import Result
+    from trainwire_core.v1 import coordinator_pb2
+
+logger = logging.getLogger(__name__)
+
+
+class CheckpointUploadMode(enum.Enum):
+    """How ``train.report`` persists a checkpoint.
+
+    SYNC: copied to the run's storage before ``report`` returns.
+    ASYNC: ``report`` returns at once; a thread of the worker copies the directory and then
+        sends the report, so checkpoints are still committed in report order.
+    NO_UPLOAD: the checkpoint already lies in the run's storage (the loop wrote it there);
+        it is registered where it is.
+    """
+
+    SYNC = "SYNC"
+    ASYNC = "ASYNC"
+    NO_UPLOAD = "NO_UPLOAD"
+
+    def _default_delete_local_checkpoint_after_upload(self) -> bool:
+        # As Ray: an ASYNC upload owns the directory it was given.
+        return self is CheckpointUploadMode.ASYNC
+
+
+class CheckpointConsistencyMode(enum.Enum):
+    """What ``train.get_all_reported_checkpoints`` waits for.
+
+    COMMITTED: every checkpoint this worker reported is committed.
+    VALIDATED: and its validation's metrics have joined it (here validation runs before the
+        commit, so the two wait for the same thing).
+    """
+
+    COMMITTED = "COMMITTED"
+    VALIDATED = "VALIDATED"
+
+
+@dataclass
+class ValidationTaskConfig:
+    """Options of one validation, passed to ``train.report(..., validation=...)``.
+
+    Args:
+        fn_kwargs: Keyword arguments for the validation function (over ValidationConfig's).
+        timeout_s: The longest the validation may take (None: no limit).
+    """
+
+    fn_kwargs: dict[str, Any] | None = None
+    timeout_s: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.fn_kwargs is None:
+            self.fn_kwargs = {}
+        if not isinstance(self.fn_kwargs, dict):
+            raise InvalidArgumentError("ValidationTaskConfig.fn_kwargs must be a dict", field="validation.fn_kwargs")
+        if self.timeout_s is not None and not self.timeout_s >= 0:
+            raise InvalidArgumentError(
+                f"ValidationTaskConfig.timeout_s must be None or >= 0, got {self.timeout_s!r}",
+                field="validation.timeout_s",
+            )
+
+
+@dataclass
+class ValidationConfig:
+    """Asynchronous validation, passed to the trainer (``validation_config=``) as in Ray Train V2.
+
+    ``fn(checkpoint, **kwargs) -> dict`` runs for each checkpoint reported with
+    ``validation=True`` (or a ValidationTaskConfig) in a thread of rank 0's worker, which asks
+    Ray for no resource: the loop goes on meanwhile. Its metrics join that checkpoint's
+    (overwriting keys they share) before it is committed, so ``CheckpointConfig``'s score
+    attribute and ``Result.best_checkpoints`` see them.
+
+    Args:
+        fn: The validation function.
+        task_config: Default keyword arguments (a report's ValidationTaskConfig wins).
+        ray_remote_kwargs: Accepted for Ray's signature; the validation asks for no resources.
+    """
+
+    fn: Callable[..., dict[str, Any]]
+    task_config: ValidationTaskConfig = field(default_factory=ValidationTaskConfig)
+    ray_remote_kwargs: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not callable(self.fn):
+            raise InvalidArgumentError("ValidationConfig.fn must be a function", field="validation_config.fn")
+        if self.task_config is None:
+            self.task_config = ValidationTaskConfig()
+        if self.ray_remote_kwargs is None:
+            self.ray_remote_kwargs = {}
+
+    def kwargs_for(self, validation: bool | ValidationTaskConfig) -> dict[str, Any]:
+        """The keyword arguments of one validation: the defaults, then the report's."""
+        merged = dict(self.task_config.fn_kwargs or {})
+        if isinstance(validation, ValidationTaskConfig):
+            merged.update(validation.fn_kwargs or {})
+        return merged
+
+    def timeout_for(self, validation: bool | ValidationTaskConfig) -> float | None:
+        if isinstance(validation, ValidationTaskConfig) and validation.timeout_s is not None:
+            return validation.timeout_s
+        return self.task_config.timeout_s
+
+
+@dataclass(frozen=True)
+class ReportedCheckpoint:
+    """A committed checkpoint and the metrics it was committed with (validation's included)."""
+
+    checkpoint: Checkpoint
+    metrics: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class TrainRunContext:
+    """What a UserCallback is told of the run (Ray's ``TrainRunContext``, the parts a service knows)."""
+
+    run_id: str
+    run_name: str
+    run_config: Any = None
+
+    def get_run_config(self) -> Any:
+        return self.run_config
+
+
+class UserCallback(RunCallback):
+    """Ray Train V2's user callback, fed by the run's event stream in the SDK.
+
+    Override ``after_report`` and ``after_exception``. ``after_report`` is called once per
+    report, in order, after the report is complete: with the committed checkpoint when the
+    report carried one, else with None. ``metrics`` holds rank 0's metrics (the ones the run
+    records; Ray lists every rank's). ``after_exception`` gets ``{world rank: exception}``.
+    """
+
+    def after_report(
+        self, run_context: TrainRunContext, metrics: list[dict[str, Any]], checkpoint: Checkpoint | None
+    ) -> None:
+        """Every worker reported; ``checkpoint`` is the committed one or None."""
+
+    def after_exception(self, run_context: TrainRunContext, worker_exceptions: dict[int, Exception]) -> None:
+        """A worker raised; the run may restart, as its FailureConfig says."""
+
+    # --- the RunCallback side: pairs each report's metrics with its commit --------------------
+    def _context(self, run: coordinator_pb2.RunInfo) -> TrainRunContext:
+        return TrainRunContext(run_id=run.run_id, run_name=run.name)
+
+    def _held(self) -> list[tuple[int, dict[str, Any]]]:
+        if not hasattr(self, "_pending_reports"):
+            self._pending_reports: list[tuple[int, dict[str, Any]]] = []
+            self._single_worker = False
+        return self._pending_reports
+
+    def _release(self, run: coordinator_pb2.RunInfo, upto: int) -> None:
+        """Reports at or below ``upto`` without a checkpoint: no commit can come for them any more."""
+        held = self._held()
+        while held and held[0][0] <= upto:
+            _, metrics = held.pop(0)
+            self.after_report(self._context(run), [metrics], None)
+
+    def _on_report(self, run: coordinator_pb2.RunInfo, index: int, metrics: dict[str, Any]) -> None:
+        held = self._held()
+        if self._single_worker:
+            # One rank's reports are committed before its next one is handled.
+            self._release(run, index - 1)
+        held.append((index, metrics))
+
+    def on_run_start(self, run: coordinator_pb2.RunInfo, config: dict[str, Any]) -> None:
+        self._held().clear()
+        self._single_worker = config.get("num_workers") == 1
+
+    def on_checkpoint(self, run: coordinator_pb2.RunInfo, checkpoint: coordinator_pb2.CheckpointInfo) -> None:
+        from trainwire_core.structs import struct_to_dict
+
+        # Commits come in report order: earlier reports still held carried no checkpoint.
+        self._release(run, checkpoint.index - 1)
+        held = self._held()
+        metrics = struct_to_dict(checkpoint.metrics)
+        if held and held[0][0] == checkpoint.index:
+            held.pop(0)
+        self.after_report(self._context(run), [metrics], Checkpoint._of_run(checkpoint.uri))
+
+    def on_worker_error(self, run: coordinator_pb2.RunInfo, error: coordinator_pb2.WorkerError) -> None:
+        self.after_exception(self._context(run), {error.world_rank: WorkerException(error)})
+
+    def on_state(self, run: coordinator_pb2.RunInfo, state: str, reason: str) -> None:
+        if state in ("RESTARTING", "SUCCEEDED", "FAILED", "CANCELLED"):
+            self._release(run, 1 << 62)
+
+    def on_run_end(self, run: coordinator_pb2.RunInfo, result: Result) -> None:
+        self._release(run, 1 << 62)
+
+
+class WorkerException(Exception):
+    """An exception raised on a worker, as the SDK learns of it (type name, message, traceback)."""
+
+    def __init__(self, error: coordinator_pb2.WorkerError) -> None:
+        super().__init__(f"{error.exc_type}: {error.message}")
+        self.world_rank = error.world_rank
+        self.exc_type = error.exc_type
+        self.message = error.message
+        self.traceback = error.traceback
