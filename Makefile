@@ -66,8 +66,12 @@ protos: setup
 # service replica. Left running; `make twin-down` ends it. TWIN_SCALE="ray-worker=2 predictor=2".
 TWIN_STATE ?= deploy/.twin/state.json
 TWIN_SCALE ?=
-twin-up: setup redis-server iproute2
+twin-up: setup redis-server iproute2 deploy/tls/ca.pem
 	$(PY) -m deploy.twin up --detach --host-access --state $(TWIN_STATE) $(addprefix --scale=,$(TWIN_SCALE))
+
+# The deployment's self-signed CA and certificates, which docker-compose.yml mounts (TLS on by default).
+deploy/tls/ca.pem: | setup
+	$(VENV)/bin/trainwire tls init deploy/tls
 
 twin-down:
 	$(PY) -m deploy.twin down --state $(TWIN_STATE)

@@ -8,6 +8,8 @@ cd "$(dirname "$0")/.."
 state=deploy/.twin/ci-state.json
 rm -f "$state"
 trap '.venv/bin/python -m deploy.twin down --state "$state" >/dev/null || true' EXIT
+# The deployment's CA and certificates (docker-compose.yml mounts deploy/tls), made once.
+[ -f deploy/tls/ca.pem ] || .venv/bin/trainwire tls init deploy/tls
 .venv/bin/python -m deploy.twin up --detach --state "$state" --scale=ray-worker=2 --scale=predictor=2
 # The S3 credentials the twin's MinIO stand-in was given (not sourced: other values hold '&').
 AWS_ACCESS_KEY_ID=$(sed -n 's/^AWS_ACCESS_KEY_ID=//p' .env.example)
@@ -16,7 +18,7 @@ AWS_SECRET_ACCESS_KEY=$(sed -n 's/^AWS_SECRET_ACCESS_KEY=//p' .env.example)
 TRAINWIRE_TOKEN=$(sed -n 's/^TRAINWIRE_COORDINATOR_AUTH_TOKEN=//p' .env.example)
 TRAINWIRE_PREDICTOR_TOKEN=$(sed -n 's/^TRAINWIRE_PREDICTOR_AUTH_TOKEN=//p' .env.example)
 if ! .venv/bin/python -m deploy.twin exec --state "$state" client -- \
-    env GRPC_DNS_RESOLVER=native TRAINWIRE_ADDRESS=coordinator:50051 \
+    env GRPC_DNS_RESOLVER=native TRAINWIRE_ADDRESS=coordinator:50051 TRAINWIRE_TLS_CA="$PWD/deploy/tls/ca.pem" \
     AWS_ACCESS_KEY_ID="$AWS_ACCESS_KEY_ID" AWS_SECRET_ACCESS_KEY="$AWS_SECRET_ACCESS_KEY" \
     TRAINWIRE_TOKEN="$TRAINWIRE_TOKEN" TRAINWIRE_PREDICTOR_TOKEN="$TRAINWIRE_PREDICTOR_TOKEN" \
     .venv/bin/python deploy/smoke.py --predictor predictor-1:8001 --predictor predictor-2:8001 \

@@ -35,6 +35,7 @@ from trainwire.model_registry import ModelRegistryClient
 from trainwire.predictor_client import encode_request
 from trainwire.xgboost import XGBoostPredictor, XGBoostTrainer
 from trainwire_core.inference import grpc_service_pb2_grpc
+from trainwire_core.tls import ClientTLS, open_channel
 from trainwire_core.v1 import common_pb2
 
 ALIAS = "production"
@@ -60,7 +61,7 @@ def _served_versions(predictors: list[str], model: str, version: str, features) 
     request = encode_request(model, features.iloc[:1], version)
     served = []
     for address in predictors:
-        with grpc.insecure_channel(address) as channel:
+        with open_channel(address, [], ClientTLS.from_files()) as channel:
             stub = grpc_service_pb2_grpc.GRPCInferenceServiceStub(channel)
             try:
                 served.append(stub.ModelInfer(request, timeout=5, metadata=metadata).model_version)

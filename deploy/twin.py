@@ -296,7 +296,7 @@ class Twin:
             argv = cmd or ["redis-server"]
         else:
             raise TwinError(f"service {service}: no local program stands in for image {image!r}")
-        return [*self._program(argv[0]), *argv[1:]]
+        return [*self._program(argv[0]), *(self._host_path(service, a) for a in argv[1:])]
 
     def _own_ray_dir(self, argv: list[str], r: Replica) -> list[str]:
         """Gives a joining Ray node this host's own directory, as its container's /tmp would be.
@@ -319,10 +319,27 @@ class Twin:
         if test[0] == "CMD-SHELL":
             return ["sh", "-c", test[1]], timeout_s
         argv = test[1:] if test[0] == "CMD" else test
-        return [*self._program(argv[0]), *argv[1:]], timeout_s
+        return [*self._program(argv[0]), *(self._host_path(service, a) for a in argv[1:])], timeout_s
+
+    def _host_path(self, service: str, value: str) -> str:
+        """A path inside the service's container as this machine's: its bind mounts' sources stand in.
+
+        Every host here shares one filesystem, so a file a container sees at a mount's target
+        (``/etc/trainwire/tls/ca.pem``) is read at the mount's source.
+        """
+        for volume in self.services[service].get("volumes") or []:
+            if volume.get("type") != "bind":
+                continue
+            target = volume["target"].rstrip("/")
+            if value == target or value.startswith(target + "/"):
+                return volume["source"] + value[len(target) :]
+        return value
 
     def _env(self, r: Replica) -> dict[str, str]:
-        env = {k: "" if v is None else str(v) for k, v in (self.services[r.service].get("environment") or {}).items()}
+        env = {
+            k: self._host_path(r.service, "" if v is None else str(v))
+            for k, v in (self.services[r.service].get("environment") or {}).items()
+        }
         home = Path(r.workdir) / "home"
         tmp = Path(r.workdir) / "t"
         home.mkdir(parents=True, exist_ok=True)
@@ -439,12 +456,25 @@ class Twin:
             return ""
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
 
+    def _check_bind_sources(self) -> None:
+        """Refuses to start when a bind mount's source is missing (Docker would mount an empty directory).
+
+        The TLS directory is the usual one: a service would crash-loop on its unreadable
+        certificate instead of saying what to run.
+        """
+        for name, spec in self.services.items():
+            for volume in spec.get("volumes") or []:
+                if volume.get("type") == "bind" and not Path(volume["source"]).exists():
+                    hint = " (make it with `trainwire tls init`)" if "tls" in volume["target"] else ""
+                    raise TwinError(f"service {name}: the bind mount {volume['source']} does not exist{hint}")
+
     def _log(self, message: str) -> None:
         print(f"[twin +{time.monotonic() - self._t0:5.1f} s] {message}", flush=True)
 
     def up(self, timeout_s: float = 300.0) -> None:
         """Makes the network, starts every service in dependency order, waits for its conditions."""
         self._t0 = time.monotonic()
+        self._check_bind_sources()
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.state["workdir"] = str(self.workdir)
         self._save()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import pathlib
 import shutil
 import socket
 import subprocess
@@ -61,6 +62,16 @@ def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+@pytest.fixture(scope="session")
+def deployment_tls(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
+    """A deployment's TLS directory, as `trainwire tls init` makes it (docker-compose.yml mounts $TRAINWIRE_TLS_DIR)."""
+    from trainwire_core.certificates import init_directory
+
+    directory = tmp_path_factory.mktemp("deployment-tls")
+    init_directory(directory)
+    return directory
 
 
 @pytest.fixture(scope="session")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import tomllib
@@ -41,9 +42,9 @@ CONSOLE_VARS = CLIENT_VARS | {
 SETTINGS = {"TRAINWIRE_COORDINATOR_": CoordinatorSettings, "TRAINWIRE_PREDICTOR_": PredictorSettings}
 
 
-def _compose(*args: str, env_file: Path = ENV_FILE) -> subprocess.CompletedProcess:
+def _compose(*args: str, env_file: Path = ENV_FILE, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     cmd = [str(COMPOSE), "-f", str(COMPOSE_FILE), "--env-file", str(env_file), *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=60, cwd=REPO)
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=60, cwd=REPO, env=env)
 
 
 @pytest.fixture(scope="module")
@@ -93,6 +94,41 @@ def test_scalable_services_have_no_fixed_names_or_host_ports(services, name):
     spec = services[name]
     assert "container_name" not in spec
     assert all(not port.get("published") for port in spec.get("ports", [])), spec["ports"]
+
+
+def test_ports_are_published_on_loopback_unless_the_operator_names_an_address(services):
+    published = {name: spec["ports"] for name, spec in services.items() if spec.get("ports")}
+    assert set(published) == {"coordinator", "predictor", "console"}
+    assert {p["host_ip"] for ports in published.values() for p in ports} == {"127.0.0.1"}, published
+    done = _compose("config", "--format", "json", env={**os.environ, "TRAINWIRE_PUBLISH_ADDRESS": "0.0.0.0"})
+    assert done.returncode == 0, done.stderr
+    operator = json.loads(done.stdout)["services"]
+    assert [p["host_ip"] for p in operator["coordinator"]["ports"]] == ["0.0.0.0"]
+    assert [p["host_ip"] for p in operator["predictor"]["ports"]] == ["0.0.0.0"]
+    # The console speaks plain HTTP: it stays on loopback (or behind the operator's proxy).
+    assert [p["host_ip"] for p in operator["console"]["ports"]] == ["127.0.0.1"]
+
+
+def test_the_coordinator_and_predictors_serve_tls_and_their_clients_trust_the_deployment_ca(services):
+    def mount(spec: dict[str, Any]) -> dict[str, Any]:
+        (volume,) = [v for v in spec.get("volumes", []) if v["type"] == "bind"]
+        return volume
+
+    tls = mount(services["coordinator"])
+    assert tls["source"] == str(REPO / "deploy" / "tls") and tls["read_only"]
+    for name, prefix in (("coordinator", "TRAINWIRE_COORDINATOR_"), ("predictor", "TRAINWIRE_PREDICTOR_")):
+        env = services[name]["environment"]
+        assert mount(services[name]) == tls
+        assert env[f"{prefix}TLS_CERT"] == f"{tls['target']}/server.pem", name
+        assert env[f"{prefix}TLS_KEY"] == f"{tls['target']}/server-key.pem", name
+        assert env["TRAINWIRE_TLS_CA"] == f"{tls['target']}/ca.pem", f"{name}'s own probe must trust the CA"
+    # The workers' report streams verify the coordinator with the CA it hands them.
+    assert services["coordinator"]["environment"]["TRAINWIRE_COORDINATOR_TLS_CA"] == f"{tls['target']}/ca.pem"
+    assert mount(services["console"]) == tls
+    assert services["console"]["environment"]["TRAINWIRE_TLS_CA"] == f"{tls['target']}/ca.pem"
+    # The image's user reads the key: `trainwire tls init --owner 10001` is what the file's header says to run.
+    assert "tls init deploy/tls --owner 10001" in COMPOSE_FILE.read_text()
+    assert "USER trainwire" in (REPO / "Dockerfile").read_text() and "--uid 10001" in (REPO / "Dockerfile").read_text()
 
 
 def test_every_service_has_a_healthcheck_and_a_restart_policy(services):

@@ -1,81 +1,71 @@
 """TLS and mutual TLS on the coordinator (public API and worker report streams) and the predictor.
 
-The CA and certificates are made at test time with ``cryptography``.
+The CA and certificates are made at test time by ``trainwire tls init``, as an operator makes them.
 """
 
 from __future__ import annotations
 
-import datetime
-import ipaddress
+import os
+import stat
+import subprocess
+import sys
 import time
 
 import grpc
 import pytest
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from trainwire_core.errors import UnavailableError
+from trainwire_core.certificates import DEFAULT_NAMES, init_directory
+from trainwire_core.errors import FailedPreconditionError, InvalidArgumentError, UnavailableError
 from trainwire_core.tls import ClientTLS, open_channel
 from trainwire_core.v1 import common_pb2
 
 
-def _name(cn: str) -> x509.Name:
-    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
-
-
-def _pem_key(key) -> bytes:
-    return key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-    )
-
-
-def _issue(cn: str, issuer_key, issuer_name, *, ca: bool = False, key=None):
-    key = key or ec.generate_private_key(ec.SECP256R1())
-    now = datetime.datetime.now(datetime.UTC)
-    builder = (
-        x509.CertificateBuilder()
-        .subject_name(_name(cn))
-        .issuer_name(issuer_name or _name(cn))
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
-    )
-    if not ca:
-        builder = builder.add_extension(
-            x509.SubjectAlternativeName([x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-            critical=False,
-        )
-    cert = builder.sign(issuer_key or key, hashes.SHA256())
-    return key, cert
-
-
 class PKI:
-    """A CA, a server certificate for 127.0.0.1, and a client certificate, as PEM files."""
+    """A deployment's CA, server certificate (compose names and loopback) and client certificate."""
 
     def __init__(self, directory) -> None:
-        ca_key, ca_cert = _issue("trainwire test CA", None, None, ca=True)
-        self.files = {}
-        for name, (key, cert) in {
-            "ca": (ca_key, ca_cert),
-            "server": _issue("trainwire server", ca_key, ca_cert.subject),
-            "client": _issue("trainwire client", ca_key, ca_cert.subject),
-        }.items():
-            (directory / f"{name}.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-            (directory / f"{name}.key").write_bytes(_pem_key(key))
-            self.files[name] = (str(directory / f"{name}.pem"), str(directory / f"{name}.key"))
-        self.ca = self.files["ca"][0]
-        self.server = self.files["server"]
-        self.client = self.files["client"]
+        done = subprocess.run(
+            [sys.executable, "-m", "trainwire.cli", "tls", "init", str(directory)], capture_output=True, text=True
+        )
+        assert done.returncode == 0, done.stderr
+        self.ca = str(directory / "ca.pem")
+        self.server = (str(directory / "server.pem"), str(directory / "server-key.pem"))
+        self.client = (str(directory / "client.pem"), str(directory / "client-key.pem"))
 
 
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory) -> PKI:
     return PKI(tmp_path_factory.mktemp("pki"))
+
+
+def test_tls_init_names_every_compose_service_and_keeps_keys_private(pki, tmp_path):
+    server = x509.load_pem_x509_certificates(open(pki.server[0], "rb").read())[0]
+    names = server.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    dns = set(names.get_values_for_type(x509.DNSName))
+    assert {"coordinator", "predictor-1", "predictor-2", "trainwire-predictor-1", "localhost"} <= dns
+    assert len(dns) + len(names.get_values_for_type(x509.IPAddress)) == len(DEFAULT_NAMES)
+    for key in (pki.server[1], pki.client[1]):
+        assert stat.S_IMODE(os.stat(key).st_mode) == 0o600
+
+    # A second run keeps what is there (the services trust that CA) unless told to replace it.
+    def tls_init(directory):
+        argv = [sys.executable, "-m", "trainwire.cli", "tls", "init", str(directory)]
+        return subprocess.run(argv, capture_output=True, text=True)
+
+    assert tls_init(tmp_path).returncode == 0
+    again = tls_init(tmp_path)
+    assert again.returncode == 1 and "FAILED_PRECONDITION" in again.stderr and "--force" in again.stderr
+    with pytest.raises(FailedPreconditionError) as info:
+        init_directory(tmp_path)
+    assert info.value.field == "directory"
+    before = (tmp_path / "ca.pem").read_bytes()
+    files = init_directory(tmp_path, force=True, names=("trainwire.example.org", "203.0.113.7"))
+    assert files.ca.read_bytes() != before and files.ca_key is None and not (tmp_path / "ca-key.pem").exists()
+    with pytest.raises(InvalidArgumentError) as info:
+        init_directory(tmp_path / "x", names=("bad name",))
+    assert info.value.field == "names"
 
 
 def _coordinator(tmp_path, pki: PKI, mutual: bool):
@@ -185,5 +175,10 @@ def test_tls_predictor_and_sdk_client(tmp_path, pki, monkeypatch):
         monkeypatch.setenv("TRAINWIRE_TLS_CERT", pki.client[0])
         monkeypatch.setenv("TRAINWIRE_TLS_KEY", pki.client[1])
         assert PredictorClient(address, timeout_s=5).is_model_ready("m") is False
+        # A replica dialled by its address (the console sums every replica's statistics) is
+        # verified by the name it serves under.
+        assert PredictorClient(address, timeout_s=5, server_name="predictor-2").is_model_ready("m") is False
+        with pytest.raises(UnavailableError):
+            PredictorClient(address, timeout_s=5, server_name="elsewhere.example").is_model_ready("m")
     finally:
         thread.stop()

@@ -29,9 +29,15 @@ COMPOSE_FILE = REPO / "docker-compose.yml"
 ENV_FILE = REPO / ".env.example"
 
 
-def _twin(*args: str, timeout_s: float = 120) -> subprocess.CompletedProcess:
+def _twin(*args: str, timeout_s: float = 120, tls_dir: Path | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "TRAINWIRE_TLS_DIR": str(tls_dir)} if tls_dir is not None else None
     return subprocess.run(
-        [sys.executable, "-m", "deploy.twin", *args], cwd=REPO, capture_output=True, text=True, timeout=timeout_s
+        [sys.executable, "-m", "deploy.twin", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        env=env,
     )
 
 
@@ -80,7 +86,7 @@ def _project_on_the_twin(client: str, env: dict[str, str], tmp_path: Path) -> No
 
 
 @pytest.mark.timeout(1500)
-def test_fit_on_the_twin_served_by_every_predictor_replica(tmp_path: Path):
+def test_fit_on_the_twin_served_by_every_predictor_replica(tmp_path: Path, deployment_tls: Path):
     state_path = tmp_path / "state.json"
     started = time.monotonic()
     up = _twin(
@@ -95,6 +101,7 @@ def test_fit_on_the_twin_served_by_every_predictor_replica(tmp_path: Path):
         "--timeout-s",
         "600",
         timeout_s=700,
+        tls_dir=deployment_tls,
     )
     state = json.loads(state_path.read_text()) if state_path.exists() else {}
     prefix = state.get("prefix", "")
@@ -123,13 +130,18 @@ def test_fit_on_the_twin_served_by_every_predictor_replica(tmp_path: Path):
             "TMPDIR": str(home),
             "TRAINWIRE_ADDRESS": "coordinator:50051",  # by service name, from the client host
             "GRPC_DNS_RESOLVER": "native",  # c-ares merges hosts-file lines that share a name
+            "TRAINWIRE_TLS_CA": str(deployment_tls / "ca.pem"),  # the deployment serves TLS only
             **aws,
             **tokens,
         }
         client = replicas["client"]["netns"]
+        plaintext = {k: v for k, v in env.items() if k != "TRAINWIRE_TLS_CA"}
         for address in ("coordinator:50051", "predictor-1:8001", "predictor-2:8001"):
             probe = _in_netns(client, ["trainwire", "health", address], env, 30)
             assert probe.returncode == 0 and "SERVING" in probe.stdout, probe.stdout + probe.stderr
+            # A client that does not speak TLS gets no answer: tokens never cross the network in clear.
+            probe = _in_netns(client, ["trainwire", "health", address], plaintext, 30)
+            assert probe.returncode == 2 and "UNAVAILABLE" in probe.stderr, probe.stdout + probe.stderr
         # Every Ray node keeps its own directory, as in its own container: nodes sharing one
         # raced for socket names there and crashed at start ("bind: Address already in use").
         workdir = Path(state["workdir"])
@@ -331,3 +343,25 @@ def test_ctrl_c_tears_down(tiny_compose: Path, tmp_path: Path):
     assert "SIGINT: tearing down" in out, out
     _assert_gone(prefix)
     assert not state_path.exists()
+
+
+def test_a_missing_tls_directory_is_named_before_anything_starts(tiny_compose: Path, tmp_path: Path):
+    missing = tmp_path / "no-tls-here"
+    tiny_compose.write_text(
+        TINY_COMPOSE.split("  broken:")[0].replace(
+            "    restart: unless-stopped\n",
+            f"    restart: unless-stopped\n    volumes:\n      - {missing}:/etc/trainwire/tls:ro\n",
+            1,
+        )
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "deploy.twin", "up", "-f", str(tiny_compose), "--env-file", "/dev/null"]
+        + ["--state", str(tmp_path / "state.json")],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert f"the bind mount {missing} does not exist (make it with `trainwire tls init`)" in done.stderr, done.stderr
+    assert "redis-1" not in done.stdout, "nothing may start"

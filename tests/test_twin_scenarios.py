@@ -45,7 +45,7 @@ def _twin(*args: str, timeout_s: float = 120, env: dict[str, str] | None = None)
 
 
 class Twin:
-    def __init__(self, state_path: Path, home: Path) -> None:
+    def __init__(self, state_path: Path, home: Path, tls_dir: Path) -> None:
         self.state_path = state_path
         self.state = json.loads(state_path.read_text())
         self.replicas = self.state["replicas"]
@@ -62,6 +62,7 @@ class Twin:
             "TMPDIR": str(home),
             "TRAINWIRE_ADDRESS": "coordinator:50051",  # by service name, from the client host
             "GRPC_DNS_RESOLVER": "native",  # c-ares merges hosts-file lines that share a name
+            "TRAINWIRE_TLS_CA": str(tls_dir / "ca.pem"),  # the deployment serves TLS only
             **aws,
             **tokens,
         }
@@ -98,7 +99,7 @@ class Twin:
 
 
 @pytest.fixture(scope="module")
-def twin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Twin]:
+def twin(tmp_path_factory: pytest.TempPathFactory, deployment_tls: Path) -> Iterator[Twin]:
     tmp = tmp_path_factory.mktemp("twin-scenarios")
     state_path = tmp / "state.json"
     up = _twin(
@@ -113,13 +114,14 @@ def twin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Twin]:
         "--timeout-s",
         "600",
         timeout_s=700,
+        env={**os.environ, "TRAINWIRE_TLS_DIR": str(deployment_tls)},
     )
     prefix = json.loads(state_path.read_text()).get("prefix", "") if state_path.exists() else ""
     try:
         assert up.returncode == 0, up.stdout + up.stderr
         home = tmp / "client-home"
         home.mkdir()
-        yield Twin(state_path, home)
+        yield Twin(state_path, home, deployment_tls)
     finally:
         if state_path.exists():
             down = _twin("down", "--state", str(state_path), timeout_s=300)

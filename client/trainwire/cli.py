@@ -208,6 +208,23 @@ def _health(args: argparse.Namespace) -> int:
     return 0 if response.status == health_pb2.HealthCheckResponse.SERVING else 1
 
 
+def _tls_init(args: argparse.Namespace) -> int:
+    """Makes a deployment's CA and certificates (docker-compose.yml mounts the directory)."""
+    from trainwire_core.certificates import init_directory
+
+    files = init_directory(
+        args.directory,
+        names=tuple(args.name or ()),
+        days=args.days,
+        force=args.force,
+        keep_ca_key=args.keep_ca_key,
+        owner=args.owner,
+    )
+    print(f"CA {files.ca}; server certificate {files.server_cert} (key {files.server_key});")
+    print(f"client certificate {files.client_cert} (key {files.client_key}). Clients: TRAINWIRE_TLS_CA={files.ca}")
+    return 0
+
+
 # Service commands (coordinator, predictor, node probe) belong to their own distributions, which
 # register them here; the SDK names none of them, and lists whichever are installed.
 COMMANDS_GROUP = "trainwire.commands"
@@ -294,6 +311,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tls-key", help="PEM key of --tls-cert (default: $TRAINWIRE_TLS_KEY)")
     p.add_argument("--tls-server-name", help="name the server's certificate must carry (probes that dial localhost)")
     p.set_defaults(fn=_health)
+
+    tls = sub.add_parser("tls", help="certificates for a deployment").add_subparsers(dest="action", required=True)
+    p = tls.add_parser("init", help="make a self-signed CA, a server certificate for the compose services, a client's")
+    p.add_argument(
+        "directory", help="where the PEM files go (docker-compose.yml reads $TRAINWIRE_TLS_DIR, ./deploy/tls)"
+    )
+    p.add_argument("--name", action="append", help="another host name or IP address the services are reached by")
+    p.add_argument("--days", type=int, default=825, help="validity of the certificates")
+    p.add_argument("--force", action="store_true", help="replace certificates already in the directory")
+    p.add_argument("--keep-ca-key", action="store_true", help="also write ca-key.pem (to sign more later)")
+    p.add_argument("--owner", type=int, help="uid to own the files (the image's services run as 10001)")
+    p.set_defaults(fn=_tls_init)
 
     models = sub.add_parser("models", help="model aliases and traffic policies").add_subparsers(
         dest="action", required=True

@@ -218,6 +218,8 @@ class PredictorClient:
             replicas are skipped) or ``pick_first``.
         max_attempts: Tries of a call that a replica answers UNAVAILABLE (a gRPC retry policy, within
             the deadline); 1: no retry.
+        server_name: The name the server's TLS certificate must carry, when ``address`` is not it
+            (a replica dialled by its IP address).
     """
 
     def __init__(
@@ -230,6 +232,7 @@ class PredictorClient:
         token: str | None = None,
         load_balancing: str = "round_robin",
         max_attempts: int = 3,
+        server_name: str | None = None,
     ) -> None:
         self.address = address
         self.timeout_s = timeout_s
@@ -243,6 +246,9 @@ class PredictorClient:
             ("grpc.service_config", service_config(load_balancing, max_attempts)),
             ("grpc.enable_retries", 1),
         ]
+        if server_name and tls is not None:
+            # A replica dialled by its address answers with the certificate of the name it serves.
+            options.append(("grpc.ssl_target_name_override", server_name))
         self.channel = open_channel(address, options, tls)
         self.stub = pb_grpc.GRPCInferenceServiceStub(self.channel)
         self._infer = self.stub.ModelInfer

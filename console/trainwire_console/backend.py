@@ -82,6 +82,14 @@ def predictor_targets(address: str) -> list[str]:
     return [f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}" for ip in ips] or [name]
 
 
+def predictor_server_name(address: str) -> str | None:
+    """The name a ``dns:///name:port`` address's replicas carry in their TLS certificate; None for others."""
+    if not address.startswith("dns:"):
+        return None
+    name = address.split("///", 1)[-1] if "///" in address else address[len("dns:") :]
+    return name.rpartition(":")[0] or None
+
+
 def metrics_urls(entries: Sequence[str]) -> list[str]:
     """The predictors' metrics URLs: ``dns:///name:port`` stands for ``http://ADDRESS:port/metrics`` of each address."""
     urls = []
@@ -291,7 +299,13 @@ class ConsoleBackend:
     def _predictor(self, target: str) -> PredictorClient:
         client = self._predictors.get(target)
         if client is None:
-            client = PredictorClient(target, timeout_s=10, tls=self.tls, token=self._predictor_token)
+            client = PredictorClient(
+                target,
+                timeout_s=10,
+                tls=self.tls,
+                token=self._predictor_token,
+                server_name=predictor_server_name(self.predictor),
+            )
             self._predictors[target] = client
         return client
 
