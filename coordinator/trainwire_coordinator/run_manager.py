@@ -285,6 +285,17 @@ class RunManager:
         run.updated_at.CopyFrom(_now())
         await self._write(self.metadata.update_run, _record(run))
 
+    def check_fit(
+        self, request: coordinator_pb2.FitRequest, caller: Caller, *, check_capacity: bool = True
+    ) -> tuple[RunConfig, dict]:
+        """Every check a Fit from ``caller`` passes before it is recorded; blocking (store reads, Ray).
+
+        Carried code needs submit-code before anything in the request is looked at further.
+        """
+        if carried_code(request):
+            caller.require(SUBMIT_CODE)
+        return self._validate(request, check_capacity=check_capacity, caller=caller)
+
     def _validate(
         self, request: coordinator_pb2.FitRequest, *, check_capacity: bool = True, caller: Caller | None = None
     ) -> tuple[RunConfig, dict]:
@@ -370,10 +381,8 @@ class RunManager:
     ) -> coordinator_pb2.Run:
         """Checks and records a run, then starts it (a search's trials name their search and index)."""
         caller = current_caller()
-        if carried_code(request):
-            caller.require(SUBMIT_CODE)
         # Dataset and checkpoint checks read the store; capacity asks Ray: off the event loop.
-        run_config, datasets = await asyncio.to_thread(self._validate, request, caller=caller)
+        run_config, datasets = await asyncio.to_thread(self.check_fit, request, caller)
         store = await asyncio.to_thread(self._run_store, run_config.storage_path)
         run_id = uuid.uuid4().hex[:16]
         name = run_config.name or f"{request.framework}-{run_id[:8]}"
