@@ -11,7 +11,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from trainwire import ScalingConfig
 from trainwire.client import table_to_ipc
-from trainwire_coordinator.run_manager import wait_until_feasible
+from trainwire_coordinator.fit_checks import wait_until_feasible
 from trainwire_core.errors import InvalidArgumentError, ResourceExhaustedError
 from trainwire_core.grpc_status import field_of
 from trainwire_core.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc
@@ -187,13 +187,13 @@ def test_bad_page_token_and_watch_offset(stub):
 
 def test_pickled_code_refused_when_disabled(coordinator, stub):
     runs = coordinator.server.runs
-    runs.allow_pickled_code = False
+    runs.checks.allow_pickled_code = False
     try:
         request = coordinator_pb2.FitRequest(framework="torch")
         request.data_parallel.train_loop.pickled_function = b"\x80\x04N."
         err = _call_error(stub.Fit, request)
     finally:
-        runs.allow_pickled_code = True
+        runs.checks.allow_pickled_code = True
     assert err.code() == grpc.StatusCode.PERMISSION_DENIED
     assert field_of(err) == "data_parallel.train_loop.pickled_function"
 

@@ -217,7 +217,7 @@ def local_index(tmp_path_factory, wheel):
 @pytest.fixture
 def index_allowed(coordinator, local_index, monkeypatch):
     """The session's coordinator allows no index (pip may not read local wheels): this one, for a test."""
-    monkeypatch.setattr(coordinator.server.runs, "pip_allowed_index_urls", (local_index,))
+    monkeypatch.setattr(coordinator.server.runs.checks, "pip_allowed_index_urls", (local_index,))
     return local_index
 
 

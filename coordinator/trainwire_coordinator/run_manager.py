@@ -10,11 +10,10 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 import pyarrow.fs as pafs
-import ray
 from google.protobuf import timestamp_pb2
 
 from trainwire.checkpoint import Checkpoint
-from trainwire.config import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig, check_structs
+from trainwire.config import CheckpointConfig, FailureConfig, RunConfig
 from trainwire_coordinator.backends import get_backend
 from trainwire_coordinator.checkpoint_manager import CheckpointManager
 from trainwire_coordinator.checkpoint_uploads import receive_checkpoint
@@ -23,21 +22,19 @@ from trainwire_coordinator.controller import ControllerDeps, RunController
 from trainwire_coordinator.datasets import DatasetService
 from trainwire_coordinator.events import EventLog
 from trainwire_coordinator.failure_policy import FailurePolicy
+from trainwire_coordinator.fit_checks import FitChecks
 from trainwire_coordinator.metadata import MetadataStore, RunRecord
 from trainwire_coordinator.metrics import CoordinatorMetrics
-from trainwire_coordinator.placement import bundles_for
-from trainwire_coordinator.preprocessors import build_preprocessor
 from trainwire_coordinator.report_checks import ReportSecrets, check_report
 from trainwire_coordinator.run_logs import LogReader, watch_logs
 from trainwire_coordinator.run_state import ACTIVE, TERMINAL
-from trainwire_coordinator.runtime_envs import PackageService, check_runtime_env
+from trainwire_coordinator.runtime_envs import PackageService
 from trainwire_coordinator.worker_pool import WorkerPool
 from trainwire_core.auth import SUBMIT_CODE, Caller, current_caller
 from trainwire_core.errors import (
     InvalidArgumentError,
     NotFoundError,
     PermissionDeniedError,
-    ResourceExhaustedError,
     TrainwireError,
 )
 from trainwire_core.manifest import is_derived_path
@@ -49,25 +46,6 @@ logger = logging.getLogger(__name__)
 
 
 PROGRAM_EXITED = "the program that started it exited"
-
-
-def carried_code(request: coordinator_pb2.FitRequest) -> bool:
-    """Whether a Fit carries code to run on the cluster (pickled functions, estimators or preprocessors)."""
-    return bool(
-        (
-            request.WhichOneof("trainer") == "data_parallel"
-            and (
-                request.data_parallel.train_loop.WhichOneof("source") == "pickled_function"
-                or request.data_parallel.pickled_train_loop_config
-            )
-        )
-        or (
-            request.WhichOneof("trainer") == "sklearn"
-            and request.sklearn.WhichOneof("estimator") == "pickled_estimator"
-        )
-        or request.pickled_preprocessor
-        or request.run_config.HasField("runtime_env")
-    )
 
 
 def _now() -> timestamp_pb2.Timestamp:
@@ -86,84 +64,6 @@ def _record(run: coordinator_pb2.Run, idempotency_key: str = "") -> RunRecord:
         data=run.SerializeToString(),
         idempotency_key=idempotency_key,
     )
-
-
-def check_feasible(
-    scaling: common_pb2.ScalingConfig,
-    total: dict[str, float],
-    num_nodes: int,
-    side: Sequence[dict[str, float]] = (),
-) -> None:
-    """Raises ResourceExhaustedError when the cluster as it is cannot hold the run (``side``: its side bundles)."""
-    bundles = bundles_for(scaling) + list(side)  # an elastic run needs room for its smallest group only
-    if scaling.placement_strategy == "STRICT_SPREAD" and len(bundles) > num_nodes:
-        raise ResourceExhaustedError(
-            f"the run can never be placed: STRICT_SPREAD puts each of {len(bundles)} workers on its own "
-            f"node but the cluster has {num_nodes}; use SPREAD or PACK, or fewer workers",
-            field="scaling_config.placement_strategy",
-        )
-    need: dict[str, float] = {}
-    for bundle in bundles:
-        for key, value in bundle.items():
-            need[key] = need.get(key, 0) + value
-    short = {k: (v, total.get(k, 0)) for k, v in need.items() if v > total.get(k, 0)}
-    if short:
-        detail = ", ".join(f"{v:g} {k} (cluster has {have:g})" for k, (v, have) in short.items())
-        what = f"{len(bundles) - len(side)} workers x {bundles[0]}" + (f" and {len(side)} side bundles" if side else "")
-        raise ResourceExhaustedError(
-            f"the run can never be placed: {what} need {detail}; "
-            "lower scaling_config.num_workers or resources_per_worker",
-            field="scaling_config.num_workers",
-        )
-
-
-def wait_until_feasible(
-    scaling: common_pb2.ScalingConfig,
-    cluster: Callable[[], tuple[dict[str, float], int]],
-    wait_s: float,
-    *,
-    poll_s: float = 0.5,
-    sleep: Callable[[float], None] = time.sleep,
-    clock: Callable[[], float] = time.monotonic,
-    side: Sequence[dict[str, float]] = (),
-) -> None:
-    """Waits up to ``wait_s`` for a cluster too small for the run to grow, then refuses it.
-
-    A node that is still starting (``docker compose up`` returns once the head is healthy) or
-    restarting has not yet added its CPUs: refusing at once would call a run that fits in a
-    few seconds impossible.
-
-    Args:
-        scaling: The run's scaling config.
-        cluster: Returns the cluster's total resources and its number of live nodes.
-        wait_s: How long to wait; 0 refuses at once.
-        poll_s: How often to look again.
-        sleep: Waits between looks (tests pass a fake clock's).
-        clock: Seconds, for the deadline (asking Ray takes time too).
-        side: The run's side bundles (``CoordinatorBackend.side_bundles``).
-    """
-    started, logged = clock(), False
-    while True:
-        try:
-            check_feasible(scaling, *cluster(), side)
-            return
-        except ResourceExhaustedError as exc:
-            waited = clock() - started
-            if waited >= wait_s:
-                if not wait_s:
-                    raise
-                raise ResourceExhaustedError(
-                    f"{exc.message} (after waiting {waited:.0f} s for nodes to join)", field=exc.field
-                ) from None
-            if not logged:
-                logger.info("a fit waits up to %g s for nodes to join: %s", wait_s, exc.message)
-                logged = True
-        sleep(poll_s)
-
-
-def cluster_view() -> tuple[dict[str, float], int]:
-    """The Ray cluster's total resources and its number of live nodes."""
-    return ray.cluster_resources(), sum(1 for n in ray.nodes() if n["Alive"])
 
 
 class RunManager:
@@ -206,22 +106,26 @@ class RunManager:
         pip_allowed_index_urls: Sequence[str] = (),
     ) -> None:
         self.metadata = metadata
-        self.code_policy = code_policy or CodePolicy(store)
-        self.pip_allowed_index_urls = tuple(pip_allowed_index_urls)
         self.store = store
         self.datasets = datasets
         self.events = EventLog(metadata, watch_poll_s)
         self.coordinator_address = coordinator_address
-        self.allow_pickled_code = allow_pickled_code
         self.packages = packages or PackageService(store)
-        self.allow_pip_installs = allow_pip_installs
+        self.checks = FitChecks(
+            code_policy or CodePolicy(store),
+            self.packages,
+            datasets,
+            allow_pickled_code=allow_pickled_code,
+            allow_pip_installs=allow_pip_installs,
+            pip_allowed_index_urls=tuple(pip_allowed_index_urls),
+            capacity_wait_s=capacity_wait_s,
+        )
         self.log_max_bytes = log_max_bytes
         self.materialize_below_bytes = materialize_below_bytes
         self.pending_reason_after_s = pending_reason_after_s
         self.stall_after_s = (stall_reason_after_s, stall_fail_after_s)
         # Set when this coordinator is embedded in one program: its runs end with that program.
         self.embedded_owner = embedded_owner
-        self.capacity_wait_s = capacity_wait_s
         self.policy_factory = policy_factory
         self.pool = WorkerPool(worker_pool_idle_s)
         self.report_secrets = ReportSecrets(report_key)
@@ -256,7 +160,7 @@ class RunManager:
                 await self._end_unadopted(run, common_pb2.CANCELLED, PROGRAM_EXITED)
                 continue
             try:
-                run_config, datasets = await asyncio.to_thread(self._validate, run.request, check_capacity=False)
+                run_config, datasets = await asyncio.to_thread(self.checks.validate, run.request, check_capacity=False)
                 store = await asyncio.to_thread(self._run_store, run_config.storage_path)
             except TrainwireError as exc:
                 reason = f"the coordinator restarted and cannot carry the run on: {exc.message}"
@@ -288,88 +192,8 @@ class RunManager:
     def check_fit(
         self, request: coordinator_pb2.FitRequest, caller: Caller, *, check_capacity: bool = True
     ) -> tuple[RunConfig, dict]:
-        """Every check a Fit from ``caller`` passes before it is recorded; blocking (store reads, Ray).
-
-        Carried code needs submit-code before anything in the request is looked at further.
-        """
-        if carried_code(request):
-            caller.require(SUBMIT_CODE)
-        return self._validate(request, check_capacity=check_capacity, caller=caller)
-
-    def _validate(
-        self, request: coordinator_pb2.FitRequest, *, check_capacity: bool = True, caller: Caller | None = None
-    ) -> tuple[RunConfig, dict]:
-        """Checks a Fit as ``caller`` (the RPC's caller by default) may send it; blocking (store reads)."""
-        caller = caller or current_caller()
-        backend = get_backend(request.framework)
-        check_structs(request)
-        self._check_paths(request)
-        self.code_policy.check_code_names(request, caller)
-        if request.HasField("scaling_config"):
-            ScalingConfig.from_proto(request.scaling_config)
-        else:
-            request.scaling_config.num_workers = 1
-        run_config = RunConfig.from_proto(request.run_config)
-        if run_config.sync_config.sync_artifacts and request.WhichOneof("trainer") != "data_parallel":
-            # Declarative trainers run no user code that could write artifacts.
-            raise InvalidArgumentError(
-                f"sync_artifacts needs a training loop that writes artifacts; {request.framework} runs none",
-                field="run_config.sync_config.sync_artifacts",
-            )
-        if (
-            request.WhichOneof("trainer") == "data_parallel"
-            and request.data_parallel.train_loop.WhichOneof("source") == "pickled_function"
-            and not self.allow_pickled_code
-        ):
-            raise PermissionDeniedError(
-                "this coordinator does not accept pickled code; send an entry point installed on the workers",
-                field="data_parallel.train_loop.pickled_function",
-            )
-        if request.pickled_preprocessor and not self.allow_pickled_code:
-            raise PermissionDeniedError(
-                "this coordinator does not accept pickled preprocessors", field="pickled_preprocessor"
-            )
-        if request.run_config.HasField("runtime_env"):
-            check_runtime_env(
-                request.run_config.runtime_env,
-                self.packages,
-                allow_pip=self.allow_pip_installs,
-                allowed_index_urls=self.pip_allowed_index_urls,
-            )
-        if request.HasField("preprocessor") and not request.pickled_preprocessor:
-            build_preprocessor(request.preprocessor)
-        datasets = {name: self.datasets.resolve(name, ref) for name, ref in request.datasets.items()}
-        backend.validate(request, datasets)
-        if request.resume_from_checkpoint:
-            try:
-                ckpt = Checkpoint(request.resume_from_checkpoint)
-                exists = ckpt.filesystem.get_file_info(ckpt.path).type != pafs.FileType.NotFound
-            except (ValueError, OSError):  # InvalidArgumentError, ArrowInvalid, a store that cannot be reached
-                exists = False
-            if not exists:
-                raise InvalidArgumentError(
-                    f"resume_from_checkpoint {request.resume_from_checkpoint!r} does not exist",
-                    field="resume_from_checkpoint",
-                )
-        if check_capacity:
-            wait_until_feasible(
-                backend.placement_scaling(request),
-                cluster_view,
-                self.capacity_wait_s,
-                side=backend.side_bundles(request),
-            )
-        return run_config, datasets
-
-    def _check_paths(self, request: coordinator_pb2.FitRequest) -> None:
-        """Every path a Fit names lies in the store or an allowed prefix, before anything opens it."""
-        policy = self.code_policy
-        if request.run_config.storage_path:
-            policy.check_path(request.run_config.storage_path, "run_config.storage_path")
-        if request.resume_from_checkpoint:
-            policy.check_path(request.resume_from_checkpoint, "resume_from_checkpoint")
-        for name, ref in request.datasets.items():
-            if ref.uri and not ref.uri.startswith("datasets/"):
-                policy.check_path(ref.uri, f"datasets[{name}].uri")
+        """Every check a Fit from ``caller`` passes before it is recorded (``FitChecks.check``); blocking."""
+        return self.checks.check(request, caller, check_capacity=check_capacity)
 
     async def fit(
         self,

@@ -61,11 +61,11 @@ def test_declarative_preprocessor_needs_no_pickled_code(
     request.preprocessor.name = "StandardScaler"
     request.preprocessor.params.update({"columns": features})
     runs = coordinator.server.runs
-    runs.allow_pickled_code = False  # a generated client sends no code at all
+    runs.checks.allow_pickled_code = False  # a generated client sends no code at all
     try:
         run = client.fit(request)
     finally:
-        runs.allow_pickled_code = True
+        runs.checks.allow_pickled_code = True
     events = list(client.watch_run(run.run_id))
     assert events[-1].state_change.state == common_pb2.SUCCEEDED
 

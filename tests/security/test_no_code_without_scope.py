@@ -148,7 +148,7 @@ def _named_modules(request: coordinator_pb2.FitRequest) -> set[str]:
 @given(request=fit_requests())
 def test_a_fit_without_submit_code_imports_and_unpickles_nothing_it_names(coordinator, request):
     runs = coordinator.server.runs
-    allowed = runs.code_policy.allowed_estimator_classes
+    allowed = runs.checks.code_policy.allowed_estimator_classes
     with WATCH.recording() as seen:
         try:
             runs.check_fit(request, MALLORY, check_capacity=False)

@@ -14,8 +14,9 @@ from typing import Any
 
 from google.protobuf import timestamp_pb2
 
+from trainwire_coordinator.fit_checks import carried_code, cluster_view
 from trainwire_coordinator.metadata import MetadataStore
-from trainwire_coordinator.run_manager import RunManager, carried_code, cluster_view
+from trainwire_coordinator.run_manager import RunManager
 from trainwire_coordinator.run_state import TERMINAL
 from trainwire_coordinator.tune.schedulers import ASHAScheduler, FIFOScheduler, Stop, make_scheduler
 from trainwire_coordinator.tune.searchers import Searcher, make_searcher
@@ -479,7 +480,7 @@ class TuneManager:
         if _carries_code(request):
             caller.require(SUBMIT_CODE)
         for i, param in enumerate(request.search_space):
-            if param.domain.sampler == "sample_from" and not self.runs.allow_pickled_code:
+            if param.domain.sampler == "sample_from" and not self.runs.checks.allow_pickled_code:
                 raise PermissionDeniedError(
                     "this coordinator does not accept pickled code: sample_from needs it",
                     field=f"search_space[{i}].domain.pickled_function",
@@ -525,7 +526,7 @@ class TuneManager:
         prefix = "param_space" if "scaling_config" in config else "trainer"
         fit = trial_request(request.trainer, config, "check", "")
         try:
-            await asyncio.to_thread(self.runs._validate, fit)
+            await asyncio.to_thread(self.runs.checks.validate, fit)
         except ResourceExhaustedError as exc:
             raise InvalidArgumentError(exc.message, field=f"{prefix}.{exc.field}" if exc.field else prefix) from None
         except TrainwireError as exc:
