@@ -68,8 +68,10 @@ def test_num_workers_zero(stub, uploaded):
     assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "scaling_config.num_workers" in err.details() and "got 0" in err.details()
     assert field_of(err) == "scaling_config.num_workers"
+    # In the SDK 0 is Ray's local mode (the loop runs in the calling process, no Fit is sent).
+    assert ScalingConfig(num_workers=0).num_workers == 0
     with pytest.raises(InvalidArgumentError) as info:
-        ScalingConfig(num_workers=0)
+        ScalingConfig(num_workers=-1)
     assert info.value.field == "scaling_config.num_workers"
 
 
