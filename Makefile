@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PACKAGES := core client coordinator worker predictor console
 
-.PHONY: setup demo test lint protos redis-server iproute2 chromium twin-up twin-down deploy-check
+.PHONY: setup demo test lint docs protos redis-server iproute2 chromium twin-up twin-down deploy-check
 
 $(STAMP): requirements.txt constraints.txt $(addsuffix /pyproject.toml,$(PACKAGES))
 	python3 -m venv $(VENV)
@@ -58,6 +58,10 @@ lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/lint-imports
+
+# The documentation site (mkdocs.yml, docs/); --strict fails on a broken link or a page left out of the nav.
+docs: setup
+	$(VENV)/bin/mkdocs build --strict --site-dir $(or $(SITE_DIR),site)
 
 protos: setup
 	$(PY) scripts/gen_protos.py
