@@ -18,7 +18,7 @@ pytestmark = pytest.mark.timeout(30)
 @pytest.mark.parametrize(
     ("make", "field"),
     [
-        (lambda: ScalingConfig(num_workers=0), "scaling_config.num_workers"),
+        (lambda: ScalingConfig(num_workers=-1), "scaling_config.num_workers"),
         (lambda: ScalingConfig(placement_strategy="NEAR"), "scaling_config.placement_strategy"),
         (lambda: ScalingConfig(resources_per_worker={"CPU": -1}), "scaling_config.resources_per_worker"),
         (lambda: FailureConfig(max_failures=-2), "run_config.failure_config.max_failures"),

@@ -18,7 +18,18 @@ ALL = list(frameworks.frameworks().values())
 
 def test_the_table_holds_every_trainer_of_ray_train():
     assert frameworks.names() == sorted(
-        ["data_parallel", "huggingface", "horovod", "lightgbm", "rllib", "sklearn", "tensorflow", "torch", "xgboost"]
+        [
+            "data_parallel",
+            "huggingface",
+            "horovod",
+            "jax",
+            "lightgbm",
+            "rllib",
+            "sklearn",
+            "tensorflow",
+            "torch",
+            "xgboost",
+        ]
     )
 
 
