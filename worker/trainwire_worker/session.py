@@ -27,10 +27,11 @@ from trainwire.train.v2 import (
     ReportedCheckpoint,
     ValidationConfig,
     ValidationTaskConfig,
+    check_report_arguments,
 )
 from trainwire_core.datasets import ShardSpec
 from trainwire_core.errors import InvalidArgumentError
-from trainwire_core.storage import RANK_STAGING_PREFIX, ManifestEntry, Store, is_path_component
+from trainwire_core.storage import RANK_STAGING_PREFIX, ManifestEntry, Store
 from trainwire_core.store_documents import CheckpointIndex
 from trainwire_core.structs import metrics_to_struct
 from trainwire_core.v1 import common_pb2, worker_reports_pb2
@@ -117,24 +118,16 @@ class WorkerSession(TrainSession):
         checkpoint_upload_fn: Any = None,
         validation: bool | ValidationTaskConfig = False,
     ) -> None:
-        if not isinstance(metrics, dict):
-            raise InvalidArgumentError(f"train.report metrics must be a dict, got {type(metrics).__name__}")
-        mode = CheckpointUploadMode(checkpoint_upload_mode)
-        if checkpoint_dir_name is not None and not is_path_component(checkpoint_dir_name):
-            raise InvalidArgumentError(
-                f"train.report checkpoint_dir_name must be one plain directory name, got {checkpoint_dir_name!r}",
-                field="checkpoint_dir_name",
-            )
-        if validation and checkpoint is None:
-            raise InvalidArgumentError("train.report: validation needs a checkpoint", field="validation")
-        if validation and self.validation_config is None:
-            raise InvalidArgumentError(
-                "train.report(validation=...) needs the trainer's validation_config=ValidationConfig(fn)",
-                field="validation",
-            )
+        mode, delete_local_checkpoint_after_upload = check_report_arguments(
+            metrics,
+            checkpoint,
+            checkpoint_dir_name,
+            checkpoint_upload_mode,
+            delete_local_checkpoint_after_upload,
+            validation,
+            self.validation_config,
+        )
         self._raise_failed_upload()
-        if delete_local_checkpoint_after_upload is None:
-            delete_local_checkpoint_after_upload = mode._default_delete_local_checkpoint_after_upload()
         index = self._next_index
         self._next_index += 1
         msg = worker_reports_pb2.TrainingReport(report_index=index, metrics=metrics_to_struct(metrics))

@@ -29,6 +29,7 @@ from trainwire.train.v2 import (
     UserCallback,
     ValidationConfig,
     ValidationTaskConfig,
+    check_report_arguments,
 )
 from trainwire_core.errors import InvalidArgumentError, TrainingFailedError
 from trainwire_core.structs import flatten_metrics
@@ -63,9 +64,15 @@ class LocalSession(TrainSession):
         checkpoint_upload_fn: Any = None,
         validation: bool | ValidationTaskConfig = False,
     ) -> None:
-        if not isinstance(metrics, dict):
-            raise InvalidArgumentError(f"train.report metrics must be a dict, got {type(metrics).__name__}")
-        mode = CheckpointUploadMode(checkpoint_upload_mode)
+        mode, delete_local = check_report_arguments(
+            metrics,
+            checkpoint,
+            checkpoint_dir_name,
+            checkpoint_upload_mode,
+            delete_local_checkpoint_after_upload,
+            validation,
+            self.validation_config,
+        )
         self._index += 1
         metrics = dict(metrics)
         if checkpoint is not None:
@@ -78,17 +85,10 @@ class LocalSession(TrainSession):
                 dest = checkpoint.path
             else:
                 checkpoint.to_directory(dest)
-                if delete_local_checkpoint_after_upload or (
-                    delete_local_checkpoint_after_upload is None and mode is CheckpointUploadMode.ASYNC
-                ):
-                    if checkpoint.is_local:
-                        shutil.rmtree(checkpoint.path, ignore_errors=True)
+                if delete_local and checkpoint.is_local:
+                    shutil.rmtree(checkpoint.path, ignore_errors=True)
             committed = Checkpoint.from_directory(dest) if "://" not in str(dest) else Checkpoint(dest)
             if validation:
-                if self.validation_config is None:
-                    raise InvalidArgumentError(
-                        "train.report(validation=...) needs the trainer's validation_config", field="validation"
-                    )
                 kwargs = self.validation_config.kwargs_for(validation)
                 metrics.update(self.validation_config.fn(committed, **kwargs) or {})
             self._checkpoint = committed

@@ -10,6 +10,8 @@ import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from trainwire_core.structs import flatten_metrics
+
 if TYPE_CHECKING:
     from trainwire.checkpoint import Checkpoint
     from trainwire.result import Result
@@ -19,22 +21,10 @@ MAX_PARAM_KEY = 250
 MAX_PARAM_VALUE = 6000
 
 
-def flatten(values: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Nested dicts as ``"outer/inner"`` keys, as Ray's trackers name them."""
-    flat: dict[str, Any] = {}
-    for key, value in values.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, Mapping):
-            flat.update(flatten(value, f"{name}/"))
-        else:
-            flat[name] = value
-    return flat
-
-
 def numeric_metrics(metrics: Mapping[str, Any]) -> dict[str, float]:
     """Every finite number among ``metrics`` (nested ones flattened); lists, strings and bools are left out."""
     out: dict[str, float] = {}
-    for key, value in flatten(metrics).items():
+    for key, value in flatten_metrics(dict(metrics)).items():
         if isinstance(value, bool) or not isinstance(value, int | float):
             continue
         if math.isfinite(value):
@@ -44,7 +34,7 @@ def numeric_metrics(metrics: Mapping[str, Any]) -> dict[str, float]:
 
 def params(config: Mapping[str, Any]) -> dict[str, str]:
     """The run's config as tracker params: flat, each value as text (cut to MLflow's limit)."""
-    return {k[:MAX_PARAM_KEY]: str(v)[:MAX_PARAM_VALUE] for k, v in flatten(config).items()}
+    return {k[:MAX_PARAM_KEY]: str(v)[:MAX_PARAM_VALUE] for k, v in flatten_metrics(dict(config)).items()}
 
 
 def step_of(metrics: Mapping[str, Any], report_index: int) -> int:

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from trainwire.air.integrations import _tracking
 from trainwire.callbacks import RunCallback
+from trainwire_core.structs import flatten_metrics
 
 if TYPE_CHECKING:
     from trainwire.result import Result
@@ -57,7 +58,7 @@ class TBXLoggerCallback(RunCallback):
             return
         try:
             # The params beside the last metrics, for TensorBoard's HParams view (as Ray's).
-            hparams = {k: v for k, v in _tracking.flatten(self._config).items() if isinstance(v, int | float | str)}
+            hparams = {k: v for k, v in flatten_metrics(dict(self._config)).items() if isinstance(v, int | float | str)}
             self.writer.add_hparams(hparams, {f"final/{k}": v for k, v in self._last.items()}, name="hparams")
         finally:
             self.writer.close()
