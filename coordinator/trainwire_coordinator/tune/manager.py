@@ -1,435 +1,30 @@
-"""Searches run by the coordinator: trials packed onto the cluster, stopped early, recorded, carried on."""
+"""Searches run by the coordinator: started, listed, watched, cancelled, recorded and carried on.
+
+A request is checked by checks.py before anything is recorded; each search is then run by its own
+TuneDriver (driver.py), which packs trials onto the cluster and stops them early.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import random
-import time
 import uuid
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
-from typing import Any
 
-from google.protobuf import timestamp_pb2
-
-from trainwire_coordinator.fit_checks import carried_code, cluster_view
 from trainwire_coordinator.metadata import MetadataStore
 from trainwire_coordinator.run_manager import RunManager
 from trainwire_coordinator.run_state import TERMINAL
-from trainwire_coordinator.tune.schedulers import ASHAScheduler, FIFOScheduler, Stop, make_scheduler
-from trainwire_coordinator.tune.searchers import Searcher, make_searcher
-from trainwire_coordinator.tune.space import SearchSpace, flatten, nest
-from trainwire_coordinator.tune.trials import add, fits, resolve_sample_from, trial_name, trial_needs, trial_request
-from trainwire_core.auth import SUBMIT_CODE, current_caller
-from trainwire_core.errors import (
-    InvalidArgumentError,
-    NotFoundError,
-    PermissionDeniedError,
-    ResourceExhaustedError,
-    TrainwireError,
-)
-from trainwire_core.structs import flatten_metrics, merge_dicts, metrics_to_struct, struct_to_dict, to_struct
+from trainwire_coordinator.tune.checks import check_access, check_first_trial, make_plan
+from trainwire_coordinator.tune.driver import TUNE_ACTIVE, TuneDriver, now
+from trainwire_core.auth import current_caller
+from trainwire_core.errors import InvalidArgumentError, NotFoundError, TrainwireError
 from trainwire_core.v1 import common_pb2, coordinator_pb2, tune_pb2
 
 logger = logging.getLogger(__name__)
 
 KIND = "tune"
 KEYS = "tune-idempotency-key"
-TUNE_ACTIVE = frozenset({common_pb2.PENDING, common_pb2.RUNNING})
-# The most often a search's record is rewritten while its trials report.
-SAVE_EVERY_S = 0.25
-
-
-def _now() -> timestamp_pb2.Timestamp:
-    ts = timestamp_pb2.Timestamp()
-    ts.FromNanoseconds(time.time_ns())
-    return ts
-
-
-@dataclass
-class Plan:
-    """A search request, checked: what samples it and what stops its trials."""
-
-    space: SearchSpace
-    searcher: Searcher
-    scheduler: FIFOScheduler | ASHAScheduler
-    metric: str
-    mode: str
-
-
-def make_plan(request: tune_pb2.TuneRequest) -> Plan:
-    """Checks a TuneRequest (bad input: InvalidArgumentError naming the field) and builds its parts."""
-    config = request.tune_config
-    metric, mode = config.metric, config.mode
-    scheduler_spec, alg = config.scheduler, config.search_alg
-    if mode not in ("", "min", "max"):
-        raise InvalidArgumentError(f"mode must be 'min' or 'max', got {mode!r}", field="tune_config.mode")
-    for name, value in (("scheduler", scheduler_spec.mode), ("search_alg", alg.mode)):
-        if value not in ("", "min", "max"):
-            raise InvalidArgumentError("mode must be 'min' or 'max'", field=f"tune_config.{name}.mode")
-    if config.num_samples < -1:
-        raise InvalidArgumentError(
-            "num_samples must be >= 1, or -1 with a time budget", field="tune_config.num_samples"
-        )
-    if config.num_samples == -1 and config.time_budget_s <= 0:
-        raise InvalidArgumentError(
-            "num_samples=-1 runs until time_budget_s is spent; set one", field="tune_config.time_budget_s"
-        )
-    if config.max_concurrent_trials < 0:
-        raise InvalidArgumentError("max_concurrent_trials must be >= 0", field="tune_config.max_concurrent_trials")
-    if not math.isfinite(config.time_budget_s) or config.time_budget_s < 0:
-        raise InvalidArgumentError("time_budget_s must be >= 0", field="tune_config.time_budget_s")
-    needs_metric = scheduler_spec.name not in ("", "fifo") or alg.name == "optuna"
-    owners = (("scheduler", scheduler_spec.metric, scheduler_spec.mode), ("search_alg", alg.metric, alg.mode))
-    for owner, own_metric, own_mode in owners:
-        if own_metric and metric and own_metric != metric:
-            raise InvalidArgumentError(
-                f"the {owner}'s metric {own_metric!r} differs from tune_config.metric {metric!r}; set it once",
-                field=f"tune_config.{owner}.metric",
-            )
-        metric, mode = metric or own_metric, mode or own_mode
-    if needs_metric and not metric:
-        raise InvalidArgumentError(
-            "this scheduler or search algorithm compares trials: set tune_config.metric and mode",
-            field="tune_config.metric",
-        )
-    if metric and not mode:
-        raise InvalidArgumentError("a metric needs a mode, 'min' or 'max'", field="tune_config.mode")
-    if not request.trainer.framework:
-        raise InvalidArgumentError("the trainer of a search is required", field="trainer.framework")
-    space = SearchSpace(request)
-    return Plan(space, make_searcher(request, space, mode), make_scheduler(scheduler_spec, mode), metric, mode)
-
-
-def _carries_code(request: tune_pb2.TuneRequest) -> bool:
-    return carried_code(request.trainer) or any(p.domain.sampler == "sample_from" for p in request.search_space)
-
-
-class TuneDriver:
-    """Runs one search: suggests trials, starts them as runs while they fit, acts on their reports."""
-
-    def __init__(self, manager: TuneManager, tune: tune_pb2.TuneRun, plan: Plan) -> None:
-        self.manager, self.tune, self.plan = manager, tune, plan
-        self.runs = manager.runs
-        self.wake = asyncio.Event()
-        self.changed = asyncio.Condition()
-        self.version = 0
-        self.stops: dict[int, Stop] = {}
-        self.by_run: dict[str, tune_pb2.Trial] = {t.run_id: t for t in tune.trials if t.run_id}
-        self.needs: dict[int, dict[str, float]] = {}
-        self.exhausted = False
-        self.cancel_reason = ""
-        self.task: asyncio.Task | None = None
-        self._save_task: asyncio.Task | None = None
-
-    # --- the search's loop -----------------------------------------------------------
-    async def main(self) -> None:
-        try:
-            if self.tune.state == common_pb2.PENDING:
-                self.tune.state = common_pb2.RUNNING
-                await self.save()
-            while not self.cancel_reason and self.tune.state in TUNE_ACTIVE:
-                # Cleared before the work, not after: a trial that ends meanwhile wakes the next wait.
-                self.wake.clear()
-                await self._over_budget()
-                await self._fill()
-                if self.exhausted and not self._active():
-                    break
-                try:
-                    await asyncio.wait_for(self.wake.wait(), 1.0)
-                except TimeoutError:
-                    pass
-            if self.tune.state in TUNE_ACTIVE:
-                await self._finish()
-        except TrainwireError as exc:
-            await self.fail(exc.message, exc.field)
-        except Exception as exc:  # a bug: the search ends FAILED with it, not silently
-            logger.exception("search %s failed", self.tune.tune_id)
-            await self.fail(f"internal error: {exc!r}")
-
-    def _active(self) -> list[tune_pb2.Trial]:
-        return [t for t in self.tune.trials if t.state not in TERMINAL]
-
-    def _limit(self) -> int:
-        config = self.tune.request.tune_config
-        limits = [n for n in (config.max_concurrent_trials, self.plan.searcher.max_concurrent) if n]
-        return min(limits) if limits else 0
-
-    async def _over_budget(self) -> None:
-        budget = self.tune.request.tune_config.time_budget_s
-        if not budget or self.exhausted or time.time() - self.tune.created_at.ToSeconds() < budget:
-            return
-        self.exhausted = True
-        reason = f"the search's time budget of {budget:g} s is spent"
-        for trial in self._active():
-            if trial.run_id:
-                self.stops[trial.index] = Stop(reason, early=True)
-                await self.runs.cancel(trial.run_id, reason)
-            else:
-                trial.state, trial.state_reason = common_pb2.CANCELLED, reason
-
-    async def _fill(self) -> None:
-        """Starts trials while the concurrency limits and the cluster allow."""
-        while True:
-            active = self._active()
-            limit = self._limit()
-            waiting = [t for t in active if not t.run_id]
-            if limit and len(active) - len(waiting) >= limit:
-                self._reason(
-                    f"{len(active) - len(waiting)} trials running, the most allowed at once "
-                    f"(max_concurrent_trials={limit})"
-                )
-                return
-            trial = waiting[0] if waiting else await self._next_trial()
-            if trial is None:
-                return
-            request = self._request(trial)
-            need = self.needs.setdefault(trial.index, await asyncio.to_thread(trial_needs, request))
-            used: dict[str, float] = {}
-            for other in active:
-                if other.run_id:
-                    add(used, self.needs.get(other.index, {}))
-            # Alone, a trial is checked against the cluster by its own Fit: Ray is asked once.
-            total = (await asyncio.to_thread(cluster_view))[0] if used else {}
-            if used and not fits(need, used, total):
-                reason = (
-                    f"waiting for resources: the trial needs {_resources(need)}; running trials hold "
-                    f"{_resources(used)} of the cluster's {_resources(total, need)}"
-                )
-                if trial.state_reason != reason:
-                    trial.state_reason = reason
-                    self._reason(f"trial {trial.index} waits for resources")
-                    await self.save()
-                return
-            await self._start(trial, request)
-
-    def _reason(self, reason: str) -> None:
-        planned = self.tune.num_trials_planned
-        to_go = "" if planned < 0 else f"; {max(planned - len(self.tune.trials), 0)} trials to go"
-        text = reason + to_go
-        if self.tune.state_reason != text:
-            self.tune.state_reason = text
-            self._changed()
-
-    async def _next_trial(self) -> tune_pb2.Trial | None:
-        if self.exhausted:
-            return None
-        index = len(self.tune.trials)
-        values = self.plan.searcher.suggest(index)
-        if values is None:
-            self.exhausted = True
-            return None
-        config = nest(values)
-        if self.plan.space.derived:
-            function = self.tune.request.function_trainable
-            config = await asyncio.to_thread(resolve_sample_from, self.plan.space.derived, config, function)
-        trial = self.tune.trials.add(index=index, state=common_pb2.PENDING)
-        trial.config.CopyFrom(to_struct(config, "search_space"))
-        # Recorded before its run is made: a coordinator taking over finds it and makes the same run.
-        await self.save()
-        return trial
-
-    def _request(self, trial: tune_pb2.Trial) -> coordinator_pb2.FitRequest:
-        config = merge_dicts(self.plan.space.constants, struct_to_dict(trial.config))
-        key = f"tune/{self.tune.tune_id}/{trial.index}"
-        return trial_request(self.tune.request.trainer, config, trial_name(self.tune.name, trial.index), key)
-
-    async def _start(self, trial: tune_pb2.Trial, request: coordinator_pb2.FitRequest) -> None:
-        try:
-            run = await self.runs.fit(
-                request, tune_id=self.tune.tune_id, trial_index=trial.index, submitted_by=self.tune.submitted_by
-            )
-        except TrainwireError as exc:
-            trial.state, trial.state_reason = common_pb2.FAILED, f"the trial could not start: {exc.message}"
-            self._trial_ended(trial)
-            await self.save()
-            return
-        trial.run_id = run.run_id
-        self.by_run[run.run_id] = trial
-        self.manager.by_run[run.run_id] = self
-        # Its first events may have come before the driver knew the run: take its state as it is now.
-        run = self.runs.get_run(run.run_id)
-        trial.state, trial.state_reason = run.state, run.state_reason
-        if run.state in TERMINAL:
-            self._trial_ended(trial)
-        self._reason(f"{len(self._active())} trials running")
-        await self.save()
-
-    async def _finish(self) -> None:
-        trials = self.tune.trials
-        counts: dict[str, int] = {}
-        for t in trials:
-            label = "stopped early" if t.early_stopped else common_pb2.RunState.Name(t.state).lower()
-            counts[label] = counts.get(label, 0) + 1
-        summary = ", ".join(f"{n} {label}" for label, n in sorted(counts.items()))
-        if self.cancel_reason:
-            state, reason = common_pb2.CANCELLED, f"{self.cancel_reason} ({summary})"
-        else:
-            state, reason = common_pb2.SUCCEEDED, f"{len(trials)} trials: {summary}"
-        await self._serve_best()
-        await self.end(state, reason)
-
-    async def end(self, state: int, reason: str, field: str = "") -> None:
-        self.tune.state, self.tune.state_reason = state, reason
-        if field:
-            self.tune.error_field = field
-        await self.save()
-
-    async def fail(self, reason: str, field: str = "") -> None:
-        """Ends the search FAILED: no new trials, running ones are cancelled."""
-        if self.tune.state not in TUNE_ACTIVE:
-            return
-        self.exhausted = True
-        await self.end(common_pb2.FAILED, reason, field)
-        for trial in self._active():
-            if trial.run_id:
-                await self.runs.cancel(trial.run_id, f"the search failed: {reason}")
-
-    async def cancel(self, reason: str) -> None:
-        self.cancel_reason = reason
-        self.exhausted = True
-        for trial in self._active():
-            if trial.run_id:
-                await self.runs.cancel(trial.run_id, reason)
-            else:
-                trial.state, trial.state_reason = common_pb2.CANCELLED, reason
-        self.wake.set()
-
-    # --- trials' events ------------------------------------------------------------------
-    def on_event(self, event: coordinator_pb2.RunEvent) -> None:
-        trial = self.by_run.get(event.run_id)
-        if trial is None:
-            return
-        kind = event.WhichOneof("kind")
-        if kind == "metrics":
-            self.on_result(trial, event.metrics, act=True)
-            self._save_soon()
-        elif kind == "state_change" and trial.state not in TERMINAL:
-            change = event.state_change
-            trial.state, trial.state_reason = change.state, change.reason
-            if change.state in TERMINAL:
-                self._trial_ended(trial)
-                self.wake.set()
-                asyncio.get_running_loop().create_task(self.save())
-            else:
-                self._save_soon()
-
-    def on_result(self, trial: tune_pb2.Trial, event: coordinator_pb2.MetricsEvent, act: bool) -> None:
-        """Records a trial's report and asks the scheduler about it (``act``: stop the trial if it says so)."""
-        metrics = flatten_metrics(struct_to_dict(event.metrics))
-        metrics.setdefault("training_iteration", event.report_index)  # as Ray Tune counts results
-        trial.last_result.CopyFrom(metrics_to_struct(metrics))
-        trial.num_reports += 1
-        metric, value = self.plan.metric, None
-        if metric:
-            if metric not in metrics:
-                if act:
-                    reported = ", ".join(sorted(metrics))
-                    self._spawn(
-                        self.fail(
-                            f"tune_config.metric {metric!r} is not among the metrics trial {trial.index} reported "
-                            f"({reported})",
-                            "tune_config.metric",
-                        )
-                    )
-                return
-            value = _number(metrics[metric])
-            if value is not None and (
-                not trial.HasField("best_metric")
-                or (value > trial.best_metric if self.plan.mode == "max" else value < trial.best_metric)
-            ):
-                trial.best_metric = value
-        scheduler = self.plan.scheduler
-        if isinstance(scheduler, FIFOScheduler) or trial.index in self.stops:
-            return
-        progress = _number(metrics.get(scheduler.time_attr))
-        if progress is None:
-            if act:
-                self._spawn(
-                    self.fail(
-                        f"the scheduler's time_attr {scheduler.time_attr!r} is not among the metrics trial "
-                        f"{trial.index} reported",
-                        "tune_config.scheduler.time_attr",
-                    )
-                )
-            return
-        stop = scheduler.on_result(trial.index, progress, value)
-        if stop is not None:
-            self.stops[trial.index] = stop
-            if act and trial.run_id:
-                self._spawn(self.runs.cancel(trial.run_id, stop.reason))
-
-    def _trial_ended(self, trial: tune_pb2.Trial) -> None:
-        stop = self.stops.get(trial.index)
-        if stop is not None and trial.state == common_pb2.CANCELLED:
-            trial.state_reason = stop.reason
-            trial.early_stopped = stop.early
-            if not stop.early:  # stopped at max_t: it ran as far as it was meant to
-                trial.state = common_pb2.SUCCEEDED
-        self.tell_searcher(trial)
-        self._update_best()
-
-    def last_value(self, trial: tune_pb2.Trial) -> float | None:
-        """The search metric in the trial's last result (None: none, or not a finite number)."""
-        field = trial.last_result.fields.get(self.plan.metric) if self.plan.metric else None
-        return _number(field.number_value) if field is not None and field.HasField("number_value") else None
-
-    def tell_searcher(self, trial: tune_pb2.Trial) -> None:
-        """Tells the search algorithm how an ended trial did (a failed one: no value)."""
-        value = self.last_value(trial) if trial.state != common_pb2.FAILED else None
-        self.plan.searcher.on_complete(trial.index, flatten(struct_to_dict(trial.config)), value)
-
-    def _update_best(self) -> None:
-        """The best trial by its last result, as ResultGrid.get_best_result's default scope."""
-        if not self.plan.metric:
-            return
-        best, best_value = -1, None
-        for trial in self.tune.trials:
-            value = self.last_value(trial)
-            if value is None:
-                continue
-            if best_value is None or (value > best_value if self.plan.mode == "max" else value < best_value):
-                best, best_value = trial.index, value
-        self.tune.best_trial = best
-
-    async def _serve_best(self) -> None:
-        """Names the best trial's run after the search: the predictor serves model <search name> from it."""
-        if self.tune.best_trial < 0:
-            return
-        trial = self.tune.trials[self.tune.best_trial]
-        if not trial.run_id:
-            return
-        run = await asyncio.to_thread(self.runs.get_run, trial.run_id)
-        if not run.HasField("latest_checkpoint"):
-            return
-        store = await asyncio.to_thread(self.runs._run_store, run.request.run_config.storage_path)
-        entry = {"run_id": run.run_id, "updated_at": time.time(), "tune_id": self.tune.tune_id}
-        await asyncio.to_thread(store.write_json, store.name_path(self.tune.name), entry)
-
-    # --- records -------------------------------------------------------------------------
-    def _spawn(self, coro: Any) -> None:
-        asyncio.get_running_loop().create_task(coro)
-
-    def _changed(self) -> None:
-        self.version += 1
-
-    def _save_soon(self) -> None:
-        self._changed()
-        if self._save_task is None or self._save_task.done():
-            self._save_task = asyncio.get_running_loop().create_task(self._save_later())
-
-    async def _save_later(self) -> None:
-        await asyncio.sleep(SAVE_EVERY_S)
-        await self.save()
-
-    async def save(self) -> None:
-        self._changed()
-        self.tune.updated_at.CopyFrom(_now())
-        await self.manager.save(self.tune)
-        async with self.changed:
-            self.changed.notify_all()
 
 
 def summary(tune: tune_pb2.TuneRun) -> tune_pb2.TuneRun:
@@ -439,17 +34,6 @@ def summary(tune: tune_pb2.TuneRun) -> tune_pb2.TuneRun:
     out.request.ClearField("trainer")
     out.request.trainer.framework = tune.request.trainer.framework
     return out
-
-
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value) if math.isfinite(value) else None
-
-
-def _resources(values: dict[str, float], only: dict[str, float] | None = None) -> str:
-    keys = sorted(only or values)
-    return ", ".join(f"{values.get(k, 0.0):g} {k}" for k in keys) or "nothing"
 
 
 class TuneManager:
@@ -472,19 +56,13 @@ class TuneManager:
             driver.on_event(event)
 
     async def save(self, tune: tune_pb2.TuneRun) -> None:
+        """Records the search as it is now."""
         await self.runs._write(self.metadata.put_document, KIND, tune.tune_id, tune.SerializeToString())
 
     async def tune(self, request: tune_pb2.TuneRequest) -> tune_pb2.TuneRun:
         """Checks and records a search, then starts it."""
         caller = current_caller()
-        if _carries_code(request):
-            caller.require(SUBMIT_CODE)
-        for i, param in enumerate(request.search_space):
-            if param.domain.sampler == "sample_from" and not self.runs.checks.allow_pickled_code:
-                raise PermissionDeniedError(
-                    "this coordinator does not accept pickled code: sample_from needs it",
-                    field=f"search_space[{i}].domain.pickled_function",
-                )
+        check_access(request, caller, self.runs.checks.allow_pickled_code)
         if request.idempotency_key:
             earlier = await asyncio.to_thread(self.metadata.get_document, KEYS, request.idempotency_key)
             if earlier is not None:
@@ -495,7 +73,7 @@ class TuneManager:
             # Chosen once and kept: a coordinator that takes the search over draws the same trials.
             request.tune_config.search_alg.seed = random.getrandbits(62)
         plan = await asyncio.to_thread(make_plan, request)
-        await self._check_first_trial(request)
+        await check_first_trial(request, self.runs.checks)
         name = request.name or f"{request.trainer.framework}-tune-{tune_id[:8]}"
         tune = tune_pb2.TuneRun(
             tune_id=tune_id,
@@ -503,8 +81,8 @@ class TuneManager:
             state=common_pb2.PENDING,
             request=request,
             best_trial=-1,
-            created_at=_now(),
-            updated_at=_now(),
+            created_at=now(),
+            updated_at=now(),
             submitted_by=caller.name,
             num_trials_planned=-1 if plan.searcher.total is None else plan.searcher.total,
         )
@@ -517,21 +95,6 @@ class TuneManager:
         await self.save(tune)
         self._launch(TuneDriver(self, tune, plan))
         return tune
-
-    async def _check_first_trial(self, request: tune_pb2.TuneRequest) -> None:
-        """Checks the trainer as the first trial would run it: bad input before anything is recorded."""
-        plan = await asyncio.to_thread(make_plan, request)  # its own: the check's suggestion is no trial
-        values = plan.searcher.suggest(0) if plan.searcher.total != 0 else {}
-        config = merge_dicts(plan.space.constants, nest(values or {}))
-        prefix = "param_space" if "scaling_config" in config else "trainer"
-        fit = trial_request(request.trainer, config, "check", "")
-        try:
-            await asyncio.to_thread(self.runs.checks.validate, fit)
-        except ResourceExhaustedError as exc:
-            raise InvalidArgumentError(exc.message, field=f"{prefix}.{exc.field}" if exc.field else prefix) from None
-        except TrainwireError as exc:
-            exc.field = f"trainer.{exc.field}" if exc.field else "trainer"
-            raise
 
     def _launch(self, driver: TuneDriver) -> None:
         self.drivers[driver.tune.tune_id] = driver
@@ -546,6 +109,7 @@ class TuneManager:
             self.by_run.pop(trial.run_id, None)
 
     def get_tune(self, tune_id: str) -> tune_pb2.TuneRun:
+        """The search by id, else the newest one of that name."""
         if not tune_id:
             raise InvalidArgumentError("tune_id is required", field="tune_id")
         driver = self.drivers.get(tune_id)
@@ -564,6 +128,7 @@ class TuneManager:
         return [tune_pb2.TuneRun.FromString(d) for d in self.metadata.list_documents(KIND)]
 
     def list_tunes(self, request: tune_pb2.ListTunesRequest) -> tune_pb2.ListTunesResponse:
+        """A page of searches, newest first, without their trainers' requests."""
         if not 0 <= request.page_size <= 1000:
             raise InvalidArgumentError("page_size must be between 0 and 1000", field="page_size")
         try:
@@ -607,6 +172,7 @@ class TuneManager:
                     pass
 
     async def cancel(self, tune_id: str) -> tune_pb2.TuneRun:
+        """Cancels an active search and its trials; waits up to 30 s for it to end."""
         tune = await asyncio.to_thread(self.get_tune, tune_id)
         driver = self.drivers.get(tune.tune_id)
         if driver is not None and tune.state in TUNE_ACTIVE:

@@ -1,0 +1,105 @@
+"""A search request's checks: bad input is refused, naming its field, before anything is recorded."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from dataclasses import dataclass
+
+from trainwire_coordinator.fit_checks import FitChecks, carried_code
+from trainwire_coordinator.tune.schedulers import ASHAScheduler, FIFOScheduler, make_scheduler
+from trainwire_coordinator.tune.searchers import Searcher, make_searcher
+from trainwire_coordinator.tune.space import SearchSpace, nest
+from trainwire_coordinator.tune.trials import trial_request
+from trainwire_core.auth import SUBMIT_CODE, Caller
+from trainwire_core.errors import InvalidArgumentError, PermissionDeniedError, ResourceExhaustedError, TrainwireError
+from trainwire_core.structs import merge_dicts
+from trainwire_core.v1 import tune_pb2
+
+
+@dataclass
+class Plan:
+    """A search request, checked: what samples it and what stops its trials."""
+
+    space: SearchSpace
+    searcher: Searcher
+    scheduler: FIFOScheduler | ASHAScheduler
+    metric: str
+    mode: str
+
+
+def make_plan(request: tune_pb2.TuneRequest) -> Plan:
+    """Checks a TuneRequest (bad input: InvalidArgumentError naming the field) and builds its parts."""
+    config = request.tune_config
+    metric, mode = config.metric, config.mode
+    scheduler_spec, alg = config.scheduler, config.search_alg
+    if mode not in ("", "min", "max"):
+        raise InvalidArgumentError(f"mode must be 'min' or 'max', got {mode!r}", field="tune_config.mode")
+    for name, value in (("scheduler", scheduler_spec.mode), ("search_alg", alg.mode)):
+        if value not in ("", "min", "max"):
+            raise InvalidArgumentError("mode must be 'min' or 'max'", field=f"tune_config.{name}.mode")
+    if config.num_samples < -1:
+        raise InvalidArgumentError(
+            "num_samples must be >= 1, or -1 with a time budget", field="tune_config.num_samples"
+        )
+    if config.num_samples == -1 and config.time_budget_s <= 0:
+        raise InvalidArgumentError(
+            "num_samples=-1 runs until time_budget_s is spent; set one", field="tune_config.time_budget_s"
+        )
+    if config.max_concurrent_trials < 0:
+        raise InvalidArgumentError("max_concurrent_trials must be >= 0", field="tune_config.max_concurrent_trials")
+    if not math.isfinite(config.time_budget_s) or config.time_budget_s < 0:
+        raise InvalidArgumentError("time_budget_s must be >= 0", field="tune_config.time_budget_s")
+    needs_metric = scheduler_spec.name not in ("", "fifo") or alg.name == "optuna"
+    owners = (("scheduler", scheduler_spec.metric, scheduler_spec.mode), ("search_alg", alg.metric, alg.mode))
+    for owner, own_metric, own_mode in owners:
+        if own_metric and metric and own_metric != metric:
+            raise InvalidArgumentError(
+                f"the {owner}'s metric {own_metric!r} differs from tune_config.metric {metric!r}; set it once",
+                field=f"tune_config.{owner}.metric",
+            )
+        metric, mode = metric or own_metric, mode or own_mode
+    if needs_metric and not metric:
+        raise InvalidArgumentError(
+            "this scheduler or search algorithm compares trials: set tune_config.metric and mode",
+            field="tune_config.metric",
+        )
+    if metric and not mode:
+        raise InvalidArgumentError("a metric needs a mode, 'min' or 'max'", field="tune_config.mode")
+    if not request.trainer.framework:
+        raise InvalidArgumentError("the trainer of a search is required", field="trainer.framework")
+    space = SearchSpace(request)
+    return Plan(space, make_searcher(request, space, mode), make_scheduler(scheduler_spec, mode), metric, mode)
+
+
+def carries_code(request: tune_pb2.TuneRequest) -> bool:
+    """Whether the search sends code to run: its trainer's, or a sample_from function."""
+    return carried_code(request.trainer) or any(p.domain.sampler == "sample_from" for p in request.search_space)
+
+
+def check_access(request: tune_pb2.TuneRequest, caller: Caller, allow_pickled_code: bool) -> None:
+    """Refuses a search the caller may not submit, or pickled code this coordinator does not accept."""
+    if carries_code(request):
+        caller.require(SUBMIT_CODE)
+    for i, param in enumerate(request.search_space):
+        if param.domain.sampler == "sample_from" and not allow_pickled_code:
+            raise PermissionDeniedError(
+                "this coordinator does not accept pickled code: sample_from needs it",
+                field=f"search_space[{i}].domain.pickled_function",
+            )
+
+
+async def check_first_trial(request: tune_pb2.TuneRequest, checks: FitChecks) -> None:
+    """Checks the trainer as the first trial would run it: bad input before anything is recorded."""
+    plan = await asyncio.to_thread(make_plan, request)  # its own: the check's suggestion is no trial
+    values = plan.searcher.suggest(0) if plan.searcher.total != 0 else {}
+    config = merge_dicts(plan.space.constants, nest(values or {}))
+    prefix = "param_space" if "scaling_config" in config else "trainer"
+    fit = trial_request(request.trainer, config, "check", "")
+    try:
+        await asyncio.to_thread(checks.validate, fit)
+    except ResourceExhaustedError as exc:
+        raise InvalidArgumentError(exc.message, field=f"{prefix}.{exc.field}" if exc.field else prefix) from None
+    except TrainwireError as exc:
+        exc.field = f"trainer.{exc.field}" if exc.field else "trainer"
+        raise

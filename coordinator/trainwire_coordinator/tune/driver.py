@@ -1,0 +1,379 @@
+"""One search's driver: it suggests trials, starts them as runs while they fit and acts on their reports."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+from typing import TYPE_CHECKING, Any
+
+from google.protobuf import timestamp_pb2
+
+from trainwire_coordinator.fit_checks import cluster_view
+from trainwire_coordinator.run_state import TERMINAL
+from trainwire_coordinator.tune.checks import Plan
+from trainwire_coordinator.tune.schedulers import FIFOScheduler, Stop
+from trainwire_coordinator.tune.space import flatten, nest
+from trainwire_coordinator.tune.trials import add, fits, resolve_sample_from, trial_name, trial_needs, trial_request
+from trainwire_core.errors import TrainwireError
+from trainwire_core.structs import flatten_metrics, merge_dicts, metrics_to_struct, struct_to_dict, to_struct
+from trainwire_core.v1 import common_pb2, coordinator_pb2, tune_pb2
+
+if TYPE_CHECKING:
+    from trainwire_coordinator.tune.manager import TuneManager
+
+# Searches have always logged under the manager's name: log filters on it keep working.
+logger = logging.getLogger("trainwire_coordinator.tune.manager")
+
+TUNE_ACTIVE = frozenset({common_pb2.PENDING, common_pb2.RUNNING})
+# The most often a search's record is rewritten while its trials report.
+SAVE_EVERY_S = 0.25
+
+
+def now() -> timestamp_pb2.Timestamp:
+    """The time now, as a search's records hold it."""
+    ts = timestamp_pb2.Timestamp()
+    ts.FromNanoseconds(time.time_ns())
+    return ts
+
+
+class TuneDriver:
+    """Runs one search: suggests trials, starts them as runs while they fit, acts on their reports."""
+
+    def __init__(self, manager: TuneManager, tune: tune_pb2.TuneRun, plan: Plan) -> None:
+        self.manager, self.tune, self.plan = manager, tune, plan
+        self.runs = manager.runs
+        self.wake = asyncio.Event()
+        self.changed = asyncio.Condition()
+        self.version = 0
+        self.stops: dict[int, Stop] = {}
+        self.by_run: dict[str, tune_pb2.Trial] = {t.run_id: t for t in tune.trials if t.run_id}
+        self.needs: dict[int, dict[str, float]] = {}
+        self.exhausted = False
+        self.cancel_reason = ""
+        self.task: asyncio.Task | None = None
+        self._save_task: asyncio.Task | None = None
+
+    # --- the search's loop -----------------------------------------------------------
+    async def main(self) -> None:
+        """Drives the search until it ends, is cancelled or fails."""
+        try:
+            if self.tune.state == common_pb2.PENDING:
+                self.tune.state = common_pb2.RUNNING
+                await self.save()
+            while not self.cancel_reason and self.tune.state in TUNE_ACTIVE:
+                # Cleared before the work, not after: a trial that ends meanwhile wakes the next wait.
+                self.wake.clear()
+                await self._over_budget()
+                await self._fill()
+                if self.exhausted and not self._active():
+                    break
+                try:
+                    await asyncio.wait_for(self.wake.wait(), 1.0)
+                except TimeoutError:
+                    pass
+            if self.tune.state in TUNE_ACTIVE:
+                await self._finish()
+        except TrainwireError as exc:
+            await self.fail(exc.message, exc.field)
+        except Exception as exc:  # a bug: the search ends FAILED with it, not silently
+            logger.exception("search %s failed", self.tune.tune_id)
+            await self.fail(f"internal error: {exc!r}")
+
+    def _active(self) -> list[tune_pb2.Trial]:
+        return [t for t in self.tune.trials if t.state not in TERMINAL]
+
+    def _limit(self) -> int:
+        config = self.tune.request.tune_config
+        limits = [n for n in (config.max_concurrent_trials, self.plan.searcher.max_concurrent) if n]
+        return min(limits) if limits else 0
+
+    async def _over_budget(self) -> None:
+        budget = self.tune.request.tune_config.time_budget_s
+        if not budget or self.exhausted or time.time() - self.tune.created_at.ToSeconds() < budget:
+            return
+        self.exhausted = True
+        reason = f"the search's time budget of {budget:g} s is spent"
+        for trial in self._active():
+            if trial.run_id:
+                self.stops[trial.index] = Stop(reason, early=True)
+                await self.runs.cancel(trial.run_id, reason)
+            else:
+                trial.state, trial.state_reason = common_pb2.CANCELLED, reason
+
+    async def _fill(self) -> None:
+        """Starts trials while the concurrency limits and the cluster allow."""
+        while True:
+            active = self._active()
+            limit = self._limit()
+            waiting = [t for t in active if not t.run_id]
+            if limit and len(active) - len(waiting) >= limit:
+                self._reason(
+                    f"{len(active) - len(waiting)} trials running, the most allowed at once "
+                    f"(max_concurrent_trials={limit})"
+                )
+                return
+            trial = waiting[0] if waiting else await self._next_trial()
+            if trial is None:
+                return
+            request = self._request(trial)
+            need = self.needs.setdefault(trial.index, await asyncio.to_thread(trial_needs, request))
+            used: dict[str, float] = {}
+            for other in active:
+                if other.run_id:
+                    add(used, self.needs.get(other.index, {}))
+            # Alone, a trial is checked against the cluster by its own Fit: Ray is asked once.
+            total = (await asyncio.to_thread(cluster_view))[0] if used else {}
+            if used and not fits(need, used, total):
+                reason = (
+                    f"waiting for resources: the trial needs {_resources(need)}; running trials hold "
+                    f"{_resources(used)} of the cluster's {_resources(total, need)}"
+                )
+                if trial.state_reason != reason:
+                    trial.state_reason = reason
+                    self._reason(f"trial {trial.index} waits for resources")
+                    await self.save()
+                return
+            await self._start(trial, request)
+
+    def _reason(self, reason: str) -> None:
+        planned = self.tune.num_trials_planned
+        to_go = "" if planned < 0 else f"; {max(planned - len(self.tune.trials), 0)} trials to go"
+        text = reason + to_go
+        if self.tune.state_reason != text:
+            self.tune.state_reason = text
+            self._changed()
+
+    async def _next_trial(self) -> tune_pb2.Trial | None:
+        if self.exhausted:
+            return None
+        index = len(self.tune.trials)
+        values = self.plan.searcher.suggest(index)
+        if values is None:
+            self.exhausted = True
+            return None
+        config = nest(values)
+        if self.plan.space.derived:
+            function = self.tune.request.function_trainable
+            config = await asyncio.to_thread(resolve_sample_from, self.plan.space.derived, config, function)
+        trial = self.tune.trials.add(index=index, state=common_pb2.PENDING)
+        trial.config.CopyFrom(to_struct(config, "search_space"))
+        # Recorded before its run is made: a coordinator taking over finds it and makes the same run.
+        await self.save()
+        return trial
+
+    def _request(self, trial: tune_pb2.Trial) -> coordinator_pb2.FitRequest:
+        config = merge_dicts(self.plan.space.constants, struct_to_dict(trial.config))
+        key = f"tune/{self.tune.tune_id}/{trial.index}"
+        return trial_request(self.tune.request.trainer, config, trial_name(self.tune.name, trial.index), key)
+
+    async def _start(self, trial: tune_pb2.Trial, request: coordinator_pb2.FitRequest) -> None:
+        try:
+            run = await self.runs.fit(
+                request, tune_id=self.tune.tune_id, trial_index=trial.index, submitted_by=self.tune.submitted_by
+            )
+        except TrainwireError as exc:
+            trial.state, trial.state_reason = common_pb2.FAILED, f"the trial could not start: {exc.message}"
+            self._trial_ended(trial)
+            await self.save()
+            return
+        trial.run_id = run.run_id
+        self.by_run[run.run_id] = trial
+        self.manager.by_run[run.run_id] = self
+        # Its first events may have come before the driver knew the run: take its state as it is now.
+        run = self.runs.get_run(run.run_id)
+        trial.state, trial.state_reason = run.state, run.state_reason
+        if run.state in TERMINAL:
+            self._trial_ended(trial)
+        self._reason(f"{len(self._active())} trials running")
+        await self.save()
+
+    async def _finish(self) -> None:
+        trials = self.tune.trials
+        counts: dict[str, int] = {}
+        for t in trials:
+            label = "stopped early" if t.early_stopped else common_pb2.RunState.Name(t.state).lower()
+            counts[label] = counts.get(label, 0) + 1
+        summary = ", ".join(f"{n} {label}" for label, n in sorted(counts.items()))
+        if self.cancel_reason:
+            state, reason = common_pb2.CANCELLED, f"{self.cancel_reason} ({summary})"
+        else:
+            state, reason = common_pb2.SUCCEEDED, f"{len(trials)} trials: {summary}"
+        await self._serve_best()
+        await self.end(state, reason)
+
+    async def end(self, state: int, reason: str, field: str = "") -> None:
+        """Ends the search in ``state`` and records it."""
+        self.tune.state, self.tune.state_reason = state, reason
+        if field:
+            self.tune.error_field = field
+        await self.save()
+
+    async def fail(self, reason: str, field: str = "") -> None:
+        """Ends the search FAILED: no new trials, running ones are cancelled."""
+        if self.tune.state not in TUNE_ACTIVE:
+            return
+        self.exhausted = True
+        await self.end(common_pb2.FAILED, reason, field)
+        for trial in self._active():
+            if trial.run_id:
+                await self.runs.cancel(trial.run_id, f"the search failed: {reason}")
+
+    async def cancel(self, reason: str) -> None:
+        """Stops the search: no new trials, running ones are cancelled."""
+        self.cancel_reason = reason
+        self.exhausted = True
+        for trial in self._active():
+            if trial.run_id:
+                await self.runs.cancel(trial.run_id, reason)
+            else:
+                trial.state, trial.state_reason = common_pb2.CANCELLED, reason
+        self.wake.set()
+
+    # --- trials' events ------------------------------------------------------------------
+    def on_event(self, event: coordinator_pb2.RunEvent) -> None:
+        """Acts on an event of one of the search's trial runs."""
+        trial = self.by_run.get(event.run_id)
+        if trial is None:
+            return
+        kind = event.WhichOneof("kind")
+        if kind == "metrics":
+            self.on_result(trial, event.metrics, act=True)
+            self._save_soon()
+        elif kind == "state_change" and trial.state not in TERMINAL:
+            change = event.state_change
+            trial.state, trial.state_reason = change.state, change.reason
+            if change.state in TERMINAL:
+                self._trial_ended(trial)
+                self.wake.set()
+                asyncio.get_running_loop().create_task(self.save())
+            else:
+                self._save_soon()
+
+    def on_result(self, trial: tune_pb2.Trial, event: coordinator_pb2.MetricsEvent, act: bool) -> None:
+        """Records a trial's report and asks the scheduler about it (``act``: stop the trial if it says so)."""
+        metrics = flatten_metrics(struct_to_dict(event.metrics))
+        metrics.setdefault("training_iteration", event.report_index)  # as Ray Tune counts results
+        trial.last_result.CopyFrom(metrics_to_struct(metrics))
+        trial.num_reports += 1
+        metric, value = self.plan.metric, None
+        if metric:
+            if metric not in metrics:
+                if act:
+                    reported = ", ".join(sorted(metrics))
+                    self._spawn(
+                        self.fail(
+                            f"tune_config.metric {metric!r} is not among the metrics trial {trial.index} reported "
+                            f"({reported})",
+                            "tune_config.metric",
+                        )
+                    )
+                return
+            value = _number(metrics[metric])
+            if value is not None and (
+                not trial.HasField("best_metric")
+                or (value > trial.best_metric if self.plan.mode == "max" else value < trial.best_metric)
+            ):
+                trial.best_metric = value
+        scheduler = self.plan.scheduler
+        if isinstance(scheduler, FIFOScheduler) or trial.index in self.stops:
+            return
+        progress = _number(metrics.get(scheduler.time_attr))
+        if progress is None:
+            if act:
+                self._spawn(
+                    self.fail(
+                        f"the scheduler's time_attr {scheduler.time_attr!r} is not among the metrics trial "
+                        f"{trial.index} reported",
+                        "tune_config.scheduler.time_attr",
+                    )
+                )
+            return
+        stop = scheduler.on_result(trial.index, progress, value)
+        if stop is not None:
+            self.stops[trial.index] = stop
+            if act and trial.run_id:
+                self._spawn(self.runs.cancel(trial.run_id, stop.reason))
+
+    def _trial_ended(self, trial: tune_pb2.Trial) -> None:
+        stop = self.stops.get(trial.index)
+        if stop is not None and trial.state == common_pb2.CANCELLED:
+            trial.state_reason = stop.reason
+            trial.early_stopped = stop.early
+            if not stop.early:  # stopped at max_t: it ran as far as it was meant to
+                trial.state = common_pb2.SUCCEEDED
+        self.tell_searcher(trial)
+        self._update_best()
+
+    def last_value(self, trial: tune_pb2.Trial) -> float | None:
+        """The search metric in the trial's last result (None: none, or not a finite number)."""
+        field = trial.last_result.fields.get(self.plan.metric) if self.plan.metric else None
+        return _number(field.number_value) if field is not None and field.HasField("number_value") else None
+
+    def tell_searcher(self, trial: tune_pb2.Trial) -> None:
+        """Tells the search algorithm how an ended trial did (a failed one: no value)."""
+        value = self.last_value(trial) if trial.state != common_pb2.FAILED else None
+        self.plan.searcher.on_complete(trial.index, flatten(struct_to_dict(trial.config)), value)
+
+    def _update_best(self) -> None:
+        """The best trial by its last result, as ResultGrid.get_best_result's default scope."""
+        if not self.plan.metric:
+            return
+        best, best_value = -1, None
+        for trial in self.tune.trials:
+            value = self.last_value(trial)
+            if value is None:
+                continue
+            if best_value is None or (value > best_value if self.plan.mode == "max" else value < best_value):
+                best, best_value = trial.index, value
+        self.tune.best_trial = best
+
+    async def _serve_best(self) -> None:
+        """Names the best trial's run after the search: the predictor serves model <search name> from it."""
+        if self.tune.best_trial < 0:
+            return
+        trial = self.tune.trials[self.tune.best_trial]
+        if not trial.run_id:
+            return
+        run = await asyncio.to_thread(self.runs.get_run, trial.run_id)
+        if not run.HasField("latest_checkpoint"):
+            return
+        store = await asyncio.to_thread(self.runs._run_store, run.request.run_config.storage_path)
+        entry = {"run_id": run.run_id, "updated_at": time.time(), "tune_id": self.tune.tune_id}
+        await asyncio.to_thread(store.write_json, store.name_path(self.tune.name), entry)
+
+    # --- records -------------------------------------------------------------------------
+    def _spawn(self, coro: Any) -> None:
+        asyncio.get_running_loop().create_task(coro)
+
+    def _changed(self) -> None:
+        self.version += 1
+
+    def _save_soon(self) -> None:
+        self._changed()
+        if self._save_task is None or self._save_task.done():
+            self._save_task = asyncio.get_running_loop().create_task(self._save_later())
+
+    async def _save_later(self) -> None:
+        await asyncio.sleep(SAVE_EVERY_S)
+        await self.save()
+
+    async def save(self) -> None:
+        """Records the search and wakes its watchers."""
+        self._changed()
+        self.tune.updated_at.CopyFrom(now())
+        await self.manager.save(self.tune)
+        async with self.changed:
+            self.changed.notify_all()
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def _resources(values: dict[str, float], only: dict[str, float] | None = None) -> str:
+    keys = sorted(only or values)
+    return ", ".join(f"{values.get(k, 0.0):g} {k}" for k in keys) or "nothing"
