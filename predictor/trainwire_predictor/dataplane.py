@@ -16,6 +16,8 @@ from typing import TypeVar
 from trainwire_core.errors import FailedPreconditionError, InvalidArgumentError, NotFoundError
 from trainwire_predictor import __version__
 from trainwire_predictor.batching import Batcher
+from trainwire_predictor.generative.requests import GenerateLimits
+from trainwire_predictor.generative.service import TextGenerator
 from trainwire_predictor.inference import InferenceRequest, InferenceResponse
 from trainwire_predictor.model_repository import ModelRepository, TensorSpec
 from trainwire_predictor.routing import Router
@@ -25,7 +27,7 @@ T = TypeVar("T")
 
 SERVER_NAME = "trainwire-predictor"
 # The Open Inference Protocol extensions both front ends offer.
-EXTENSIONS = ("model_repository", "statistics")
+EXTENSIONS = ("model_repository", "statistics", "generate")
 
 
 @dataclass(frozen=True)
@@ -59,6 +61,7 @@ class DataPlane:
         recorders: Also told of every request and model call (e.g. the Prometheus metrics).
         router: Follows each model's traffic policy (weights, sticky keys, shadow); default: one
             without Prometheus metrics.
+        generate_limits: What one generation may ask for (language models' token streams).
     """
 
     def __init__(
@@ -68,6 +71,7 @@ class DataPlane:
         statistics: Statistics | None = None,
         recorders: list[Recorder] | None = None,
         router: Router | None = None,
+        generate_limits: GenerateLimits | None = None,
     ) -> None:
         self.models = models
         self.router = router if router is not None else Router(models)
@@ -76,6 +80,7 @@ class DataPlane:
         self.recorder = Recorders([self.statistics, *(recorders or [])])
         if batcher.recorder is None:
             batcher.recorder = self.recorder
+        self.generator = TextGenerator(models, self.router, self.recorder, generate_limits or GenerateLimits())
         self.version = __version__
 
     async def infer(self, request: InferenceRequest, encode: Callable[[InferenceResponse], T]) -> T:

@@ -87,6 +87,13 @@ class LoadedModel:
     size_bytes: int = 0
     # Requests scoring on it now; the cache never drops a model while any are.
     in_flight: int = 0
+    # The model's token generation (a GenerationEngine), started by its first generate request.
+    generation_engine: Any = None
+
+    def release(self) -> None:
+        """Called as the cache drops the model: stops its generation thread, if it has one."""
+        if self.generation_engine is not None:
+            self.generation_engine.close()
 
     @contextlib.contextmanager
     def serving(self) -> Iterator[LoadedModel]:
@@ -518,7 +525,7 @@ class ModelRepository:
                 return
             if key == keep or self._cache[key].in_flight:
                 continue
-            del self._cache[key]
+            self._drop(key)
             self.evictions += 1
         if over():
             logger.warning(
@@ -573,15 +580,18 @@ class ModelRepository:
             ref = await self.resolve(name, version)
             keys = [ref.key] if ref.key in self._cache else []
             for key in keys:
-                del self._cache[key]
+                self._drop(key)
             return len(keys)
         run_id = await self._run_id(name)
         if run_id is None:
             raise NotFoundError(f"model {name!r} not found", field="model_name")
         keys = [k for k in self._cache if k[0] == run_id]
         for key in keys:
-            del self._cache[key]
+            self._drop(key)
         return len(keys)
+
+    def _drop(self, key: tuple[str, str]) -> None:
+        self._cache.pop(key).release()
 
     # --- listing -------------------------------------------------------------
     def _read_all_indexes(self) -> list[CheckpointIndex]:

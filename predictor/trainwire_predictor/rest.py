@@ -11,7 +11,9 @@ Routes (``{m}`` a run name or id, ``{v}`` a checkpoint id):
 - ``GET /v2``: server metadata;
 - ``GET /v2/models/{m}[/versions/{v}]``, ``.../ready``, ``POST .../infer``;
 - ``GET /v2/models[/{m}[/versions/{v}]]/stats``: Triton's statistics extension;
-- ``POST /v2/repository/index``, ``POST /v2/repository/models/{m}/load|unload``.
+- ``POST /v2/repository/index``, ``POST /v2/repository/models/{m}/load|unload``;
+- ``POST /v2/models/{m}[/versions/{v}]/generate|generate_stream``, ``POST /v1/completions``,
+  ``POST /v1/chat/completions``, ``GET /v1/models``: token generation (``generative.rest``).
 
 With tokens configured, every route but health needs ``authorization: Bearer
 <token>`` with the ``predict`` scope (load and unload: ``admin``), the same
@@ -47,6 +49,7 @@ from trainwire_core.errors import (
     UnauthenticatedError,
 )
 from trainwire_predictor.dataplane import EXTENSIONS, SERVER_NAME, DataPlane
+from trainwire_predictor.generative.rest import GenerateEndpoints, OpenAIEndpoints, openai_error
 from trainwire_predictor.model_repository import TensorSpec
 from trainwire_predictor.rest_codec import HEADER_LENGTH, dumps, encode_infer_response, parse_infer_request, parse_json
 
@@ -174,40 +177,48 @@ class RestFrontEnd:
             raise InvalidArgumentError("the request body must be a JSON object", field="body")
         return doc
 
+    def _route(
+        self, path: str, endpoint: Callable[[Request], Awaitable[Response]], method: str, scope: str | None = PREDICT
+    ) -> Route:
+        """A route whose endpoint first checks the caller's token for ``scope`` (None: open)."""
+
+        @functools.wraps(endpoint)
+        async def guarded(request: Request) -> Response:
+            if scope is not None:
+                self._authorize(request.headers.get("authorization"), scope)
+            return await endpoint(request)
+
+        return Route(path, guarded, methods=[method])
+
+    async def _model_names(self) -> list[str]:
+        return list(dict.fromkeys(entry.name for entry in await self.dataplane.repository_index()))
+
     def routes(self) -> list[Route]:
         """Every route, each wrapped to check its scope and map errors."""
-
-        def route(
-            path: str, endpoint: Callable[[Request], Awaitable[Response]], method: str, scope: str | None
-        ) -> Route:
-            @functools.wraps(endpoint)
-            async def guarded(request: Request) -> Response:
-                if scope is not None:
-                    self._authorize(request.headers.get("authorization"), scope)
-                return await endpoint(request)
-
-            return Route(path, guarded, methods=[method])
-
+        route = self._route
         model = "/v2/models/{model}"
         version = "/v2/models/{model}/versions/{version}"
+        generator = self.dataplane.generator
         # Matched in order: inference first, as it is nearly all the traffic.
         return [
             Route(f"{model}/infer", _AsgiEndpoint(self.infer), methods=["POST"]),
             Route(f"{version}/infer", _AsgiEndpoint(self.infer), methods=["POST"]),
             route("/v2/health/live", self.live, "GET", None),
             route("/v2/health/ready", self.ready, "GET", None),
-            route("/v2", self.server_metadata, "GET", PREDICT),
-            route("/v2/models/stats", self.stats, "GET", PREDICT),
-            route("/v2/repository/index", self.repository_index, "POST", PREDICT),
+            route("/v2", self.server_metadata, "GET"),
+            route("/v2/models/stats", self.stats, "GET"),
+            route("/v2/repository/index", self.repository_index, "POST"),
             route("/v2/repository/models/{model}/load", self.load, "POST", ADMIN),
             route("/v2/repository/models/{model}/unload", self.unload, "POST", ADMIN),
+            *GenerateEndpoints(generator, self._json_body).routes(route),
+            *OpenAIEndpoints(generator, self._json_body, self._model_names).routes(route),
             *(
                 r
                 for base in (model, version)
                 for r in (
-                    route(base, self.model_metadata, "GET", PREDICT),
-                    route(f"{base}/ready", self.model_ready, "GET", PREDICT),
-                    route(f"{base}/stats", self.stats, "GET", PREDICT),
+                    route(base, self.model_metadata, "GET"),
+                    route(f"{base}/ready", self.model_ready, "GET"),
+                    route(f"{base}/stats", self.stats, "GET"),
                 )
             ),
         ]
@@ -221,6 +232,8 @@ class RestFrontEnd:
 
         async def trainwire_error(request: Request, exc: Exception) -> Response:
             assert isinstance(exc, TrainwireError)
+            if request.url.path.startswith("/v1/"):
+                return openai_error(exc, http_status(exc))
             return error_response(exc.message, http_status(exc))
 
         async def http_error(request: Request, exc: Exception) -> Response:

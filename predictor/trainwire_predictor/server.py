@@ -29,6 +29,7 @@ from trainwire_core.storage import Store
 from trainwire_core.tls import add_port, add_tls_arguments
 from trainwire_predictor.batching import Batcher, parse_batching, prepare_batched
 from trainwire_predictor.dataplane import DataPlane
+from trainwire_predictor.generative.requests import GenerateLimits
 from trainwire_predictor.metrics import PredictorMetrics
 from trainwire_predictor.model_repository import ModelRepository
 from trainwire_predictor.rest import RestFrontEnd, RestServer
@@ -105,6 +106,14 @@ class PredictorServer:
                 max_shadow_inflight=settings.shadow_max_inflight,
                 shadow_threads=settings.shadow_threads,
                 registry=self.metrics.registry if self.metrics else None,
+            ),
+            generate_limits=GenerateLimits(
+                settings.generate_max_tokens,
+                settings.generate_default_max_tokens,
+                settings.generate_max_batch,
+                settings.generate_max_waiting,
+                settings.generate_timeout_s,
+                settings.generate_threads,
             ),
         )
         self.servicer = InferenceServicer(dataplane=self.dataplane)

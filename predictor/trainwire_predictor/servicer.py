@@ -15,6 +15,7 @@ from trainwire_core.inference import grpc_service_pb2 as pb
 from trainwire_core.inference import grpc_service_pb2_grpc as pb_grpc
 from trainwire_predictor.batching import Batcher
 from trainwire_predictor.dataplane import EXTENSIONS, SERVER_NAME, DataPlane
+from trainwire_predictor.generative.grpc import generate_responses, generate_text, is_generate_request
 from trainwire_predictor.grpc_codec import request_from_proto, response_to_proto
 from trainwire_predictor.model_repository import ModelRepository
 from trainwire_predictor.statistics import Recorder, Statistics
@@ -32,6 +33,24 @@ def _routing_key(context: Context) -> str:
         if key == "routing-key":
             return value if isinstance(value, str) else value.decode("latin-1")
     return ""
+
+
+def _stream_error(request: pb.ModelInferRequest, exc: Exception) -> pb.ModelStreamInferResponse:
+    """A failed stream request's answer: the message, with its status code and field as parameters."""
+    if isinstance(exc, TrainwireError):
+        code, message, field = exc.code, exc.message, exc.field
+    else:
+        logger.exception("unexpected error in ModelStreamInfer")
+        code, message, field = grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}", ""
+    params = {"error_code": pb.InferParameter(string_param=code.name)}
+    if field:
+        params["error_field"] = pb.InferParameter(string_param=field)
+    return pb.ModelStreamInferResponse(
+        error_message=message,
+        infer_response=pb.ModelInferResponse(
+            model_name=request.model_name, model_version=request.model_version, id=request.id, parameters=params
+        ),
+    )
 
 
 class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
@@ -102,55 +121,65 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
 
     @handle_errors
     async def ModelInfer(self, request: pb.ModelInferRequest, context: Context) -> pb.ModelInferResponse:
+        if is_generate_request(request):
+            return await generate_text(
+                self.dataplane.generator, request, _routing_key(context), context.time_remaining()
+            )
         return await self.infer(request, _routing_key(context))
 
     @handle_errors
     async def ModelStreamInfer(
         self, request_iterator: AsyncIterator[pb.ModelInferRequest], context: Context
     ) -> AsyncIterator[pb.ModelStreamInferResponse]:
-        # Score up to stream_window requests at once; answer in request order.
-        pending: asyncio.Queue[asyncio.Task[pb.ModelStreamInferResponse] | None] = asyncio.Queue(self.stream_window)
+        # Up to stream_window requests are answered at once, each into its own queue; the queues
+        # are sent in request order (a generate request's tokens, then the next request's answers).
+        Answers = asyncio.Queue[pb.ModelStreamInferResponse | None]
+        pending: asyncio.Queue[tuple[asyncio.Task[None], Answers] | None] = asyncio.Queue(self.stream_window)
+        routing_key = _routing_key(context)
 
         async def read() -> None:
             try:
-                routing_key = _routing_key(context)
                 async for request in request_iterator:
-                    await pending.put(asyncio.create_task(self._stream_one(request, routing_key)))
+                    answers: Answers = asyncio.Queue()
+                    task = asyncio.create_task(self._stream_one(request, routing_key, context, answers))
+                    await pending.put((task, answers))
             finally:
                 await pending.put(None)
 
         reader = asyncio.create_task(read())
         try:
-            while (task := await pending.get()) is not None:
-                yield await task
+            while (item := await pending.get()) is not None:
+                answers = item[1]
+                while (answer := await answers.get()) is not None:
+                    yield answer
         finally:
             reader.cancel()
             while not pending.empty():
-                if (task := pending.get_nowait()) is not None:
-                    task.cancel()
+                if (item := pending.get_nowait()) is not None:
+                    item[0].cancel()
 
-    async def _stream_one(self, request: pb.ModelInferRequest, routing_key: str = "") -> pb.ModelStreamInferResponse:
-        """One stream message; a failure is answered in error_message and the stream goes on."""
+    async def _stream_one(
+        self,
+        request: pb.ModelInferRequest,
+        routing_key: str,
+        context: Context,
+        answers: asyncio.Queue[pb.ModelStreamInferResponse | None],
+    ) -> None:
+        """One stream request's answers; a failure is answered in error_message and the stream goes on."""
         try:
-            return pb.ModelStreamInferResponse(infer_response=await self.infer(request, routing_key))
-        except Exception as exc:  # noqa: BLE001 - reported in the message
-            if isinstance(exc, TrainwireError):
-                code, message, field = exc.code, exc.message, exc.field
+            if is_generate_request(request):
+                async for response in generate_responses(
+                    self.dataplane.generator, request, routing_key, context.time_remaining()
+                ):
+                    answers.put_nowait(pb.ModelStreamInferResponse(infer_response=response))
             else:
-                logger.exception("unexpected error in ModelStreamInfer")
-                code, message, field = grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}", ""
-            params = {"error_code": pb.InferParameter(string_param=code.name)}
-            if field:
-                params["error_field"] = pb.InferParameter(string_param=field)
-            return pb.ModelStreamInferResponse(
-                error_message=message,
-                infer_response=pb.ModelInferResponse(
-                    model_name=request.model_name,
-                    model_version=request.model_version,
-                    id=request.id,
-                    parameters=params,
-                ),
-            )
+                answers.put_nowait(pb.ModelStreamInferResponse(infer_response=await self.infer(request, routing_key)))
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - reported in the message
+            answers.put_nowait(_stream_error(request, exc))
+        finally:
+            answers.put_nowait(None)
 
     @handle_errors
     async def ModelStatistics(self, request: pb.ModelStatisticsRequest, context: Context) -> pb.ModelStatisticsResponse:

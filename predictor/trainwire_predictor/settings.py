@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -62,3 +63,15 @@ class PredictorSettings(BaseSettings):
     # counted), and the threads that score them apart from the served requests' threads.
     shadow_max_inflight: int = 32
     shadow_threads: int = 2
+    # Language models' token generation (OIP generate, the OpenAI API, ModelStreamInfer): the most
+    # new tokens a request may ask for, and the default when it names none.
+    generate_max_tokens: int = 1024
+    generate_default_max_tokens: int = 16
+    # Sequences one model decodes together (continuous batching), and requests that may wait for a slot.
+    generate_max_batch: int = 32
+    generate_max_waiting: int = 1024
+    # The longest one generation runs; a request may ask for less (timeout_s, or its gRPC deadline).
+    generate_timeout_s: float = 300.0
+    # Torch threads of each model's decode thread; 0: all cores but one, which the event loop keeps
+    # (on 2 cores, one decode thread beside the loop is 1.4x faster than two fighting it).
+    generate_threads: int = Field(default=0, ge=0)

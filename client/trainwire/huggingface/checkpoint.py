@@ -9,6 +9,7 @@ Layout (what ``RayTrainReportCallback`` reports too)::
 
 from __future__ import annotations
 
+import copy
 import os
 from typing import Any
 
@@ -31,13 +32,32 @@ class HuggingFaceCheckpoint(Checkpoint):
 
     @classmethod
     def from_model(
-        cls, model: Any, tokenizer: Any = None, *, preprocessor: Any = None, **save_kwargs: Any
+        cls,
+        model: Any,
+        tokenizer: Any = None,
+        *,
+        preprocessor: Any = None,
+        merge_adapters: bool = True,
+        **save_kwargs: Any,
     ) -> HuggingFaceCheckpoint:
-        """Saves ``model`` (and ``tokenizer``) with ``save_pretrained`` into a new local checkpoint."""
+        """Saves ``model`` (and ``tokenizer``) with ``save_pretrained`` into a new local checkpoint.
+
+        Args:
+            model: A Transformers model, maybe wrapped in DDP or in a ``peft`` model (LoRA).
+            tokenizer: Saved beside the model when given.
+            preprocessor: A fitted preprocessor to keep with the checkpoint.
+            merge_adapters: A ``peft`` model is saved with its adapters merged into a copy of its
+                base weights, a plain model that the predictor serves; False saves the adapters alone.
+            **save_kwargs: Passed to ``save_pretrained``.
+        """
 
         def write(path: str) -> None:
             target = os.path.join(path, MODEL_DIR)
-            getattr(model, "module", model).save_pretrained(target, **save_kwargs)
+            unwrapped = getattr(model, "module", model)
+            if merge_adapters and hasattr(unwrapped, "merge_and_unload"):
+                # merge_and_unload changes the model in place: the training loop keeps its adapters.
+                unwrapped = copy.deepcopy(unwrapped).merge_and_unload()
+            unwrapped.save_pretrained(target, **save_kwargs)
             if tokenizer is not None:
                 tokenizer.save_pretrained(target)
 

@@ -22,6 +22,7 @@ _TASKS = {
     "ForQuestionAnswering": "question-answering",
     "ForMaskedLM": "fill-mask",
     "ForCausalLM": "text-generation",
+    "LMHeadModel": "text-generation",  # GPT-2's own name for its causal LM
     "ForConditionalGeneration": "text2text-generation",
 }
 

@@ -1,0 +1,168 @@
+"""Generation on the data plane: resolve the model as inference does, then stream its tokens.
+
+``TextGenerator.open`` does everything that can fail before the first token
+(routing, loading, the checks that need the model), so a front end can still
+answer a plain error status; the stream it returns then only yields tokens.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+from trainwire_core.errors import FailedPreconditionError, InvalidArgumentError
+from trainwire_predictor.generative.engine import GenerationEngine, TokenEvent
+from trainwire_predictor.generative.requests import GenerateLimits, GenerateRequest, render_chat
+from trainwire_predictor.inference import InferenceRequest
+from trainwire_predictor.model_repository import LoadedModel, ModelRepository
+from trainwire_predictor.routing import Router
+from trainwire_predictor.statistics import Recorder, Timing, now_ns
+
+logger = logging.getLogger(__name__)
+_ENGINES_LOCK = threading.Lock()
+
+
+def language_model(model: LoadedModel) -> tuple[Any, Any] | None:
+    """The (model, tokenizer) of a loaded causal language model; None for any other model."""
+    pipeline = getattr(model.predictor, "pipeline", None)
+    lm = getattr(pipeline, "model", None)
+    tokenizer = getattr(pipeline, "tokenizer", None)
+    if lm is None or tokenizer is None:
+        return None
+    if not any(a.endswith("ForCausalLM") or a.endswith("LMHeadModel") for a in lm.config.architectures or ()):
+        return None
+    return lm, tokenizer
+
+
+def max_context(lm: Any) -> int:
+    """The most positions the model takes (prompt and new tokens together)."""
+    config = lm.config
+    for key in ("max_position_embeddings", "n_positions", "n_ctx"):
+        value = getattr(config, key, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return 1 << 30
+
+
+@dataclass
+class GenerationStream:
+    """An opened generation: its resolved model and prompt, and its tokens to iterate."""
+
+    model_name: str
+    model_version: str
+    prompt_tokens: int
+    events: AsyncIterator[TokenEvent]
+    completion_tokens: int = 0
+    finish_reason: str = ""
+
+    def __aiter__(self) -> AsyncIterator[TokenEvent]:
+        return self._follow()
+
+    async def _follow(self) -> AsyncIterator[TokenEvent]:
+        async for event in self.events:
+            if event.token_id is not None:
+                self.completion_tokens += 1
+            if event.finish_reason is not None:
+                self.finish_reason = event.finish_reason
+            yield event
+
+    async def text(self) -> str:
+        """The whole generated text (waits for the end)."""
+        return "".join([event.text async for event in self])
+
+
+class TextGenerator:
+    """Token generation for every front end.
+
+    Args:
+        models: Resolution and the loaded-model cache (shared with inference).
+        router: Follows each model's traffic policy, as for inference.
+        recorder: Told of each generation as one request of its model.
+        limits: What the operator allows one generation.
+    """
+
+    def __init__(self, models: ModelRepository, router: Router, recorder: Recorder, limits: GenerateLimits) -> None:
+        self.models = models
+        self.router = router
+        self.recorder = recorder
+        self.limits = limits
+
+    def engine(self, model: LoadedModel, name: str) -> GenerationEngine:
+        """The loaded model's engine (started on first use; stopped when the cache drops the model).
+
+        Raises:
+            FailedPreconditionError: The model is not a causal language model.
+        """
+        engine = model.generation_engine
+        if engine is not None:
+            return engine
+        found = language_model(model)
+        if found is None:
+            raise FailedPreconditionError(
+                f"model {name!r} ({model.framework}) does not generate text: generation serves causal language models",
+                field="model_name",
+            )
+        with _ENGINES_LOCK:
+            if model.generation_engine is None:
+                lm, tokenizer = found
+                model.generation_engine = GenerationEngine(
+                    lm,
+                    tokenizer,
+                    self.limits.max_batch,
+                    self.limits.max_waiting,
+                    name=model.ref.run_id,
+                    threads=self.limits.threads,
+                )
+        return model.generation_engine
+
+    async def open(self, request: GenerateRequest) -> GenerationStream:
+        """Resolves, loads and checks; the returned stream yields the tokens.
+
+        Raises:
+            TrainwireError: Unknown model, a model that does not generate, a prompt too long
+                for the model (naming the field), or a full queue.
+        """
+        started = now_ns()
+        routed = InferenceRequest(request.model_name, request.model_version, routing_key=request.routing_key)
+        if not routed.model_version:
+            hit = self.router.route_now(routed)
+            routed, _ = hit if hit is not None else await self.router.route(routed)
+        model = self.models.loaded(routed.model_name, routed.model_version)
+        if model is None:
+            model = await self.models.get(routed.model_name, routed.model_version)
+        engine = self.engine(model, request.model_name)
+        text = render_chat(engine.tokenizer, request.messages) if request.messages else request.prompt
+        ids = engine.tokenizer(text, add_special_tokens=False)["input_ids"]
+        if not ids:
+            raise InvalidArgumentError("the prompt has no tokens", field="messages" if request.messages else "prompt")
+        room = max_context(engine.model)
+        if len(ids) + request.params.max_tokens > room:
+            raise InvalidArgumentError(
+                f"the prompt's {len(ids)} tokens and max_tokens {request.params.max_tokens} exceed the model's "
+                f"context of {room}",
+                field="max_tokens",
+            )
+        generation = engine.submit(ids, request.params)
+        name = model.ref.run_name or model.ref.run_id
+        return GenerationStream(name, model.ref.checkpoint_id, len(ids), self._served(model, generation, started))
+
+    async def _served(
+        self, model: LoadedModel, generation: AsyncIterator[TokenEvent], started: int
+    ) -> AsyncIterator[TokenEvent]:
+        model.in_flight += 1  # the cache keeps the model while it generates
+        failed = True
+        try:
+            async for event in generation:
+                if event.finish_reason == "error":
+                    raise FailedPreconditionError(f"generation failed: {event.text}", field="model_name")
+                yield event
+            failed = False
+        finally:
+            model.in_flight -= 1
+            if failed:
+                self.recorder.failure(model.ref, now_ns() - started)
+            else:
+                self.recorder.success(model.ref, Timing(started), now_ns() - started)
