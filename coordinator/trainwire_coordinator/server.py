@@ -20,6 +20,7 @@ import ray
 from trainwire_coordinator.code_policy import CodePolicy
 from trainwire_coordinator.datasets import DatasetService
 from trainwire_coordinator.metadata import open_metadata_store
+from trainwire_coordinator.mlflow_tracker import MlflowTracker
 from trainwire_coordinator.model_registry import ModelRegistry, ModelRegistryServicer
 from trainwire_coordinator.run_manager import RunManager
 from trainwire_coordinator.runtime_envs import PackageService
@@ -155,6 +156,7 @@ class CoordinatorServer:
         self.tunes: TuneManager | None = None
         self.metrics_server: MetricsServer | None = None
         self.metrics_address = ""
+        self.tracker: MlflowTracker | None = None
 
     async def start(self) -> str:
         """Binds the port (0 picks a free one) and returns ``host:port``.
@@ -198,6 +200,10 @@ class CoordinatorServer:
             code_policy=CodePolicy(store, settings.allowed_estimator_classes, settings.allowed_path_prefixes),
             pip_allowed_index_urls=settings.pip_allowed_index_urls,
         )
+        if settings.mlflow_uri:
+            # Sees every run event as it is stored; MLflow's calls run on the tracker's thread.
+            self.tracker = MlflowTracker(settings.mlflow_uri, metadata)
+            self.runs.events.observers.append(self.tracker.observe)
         tokens = TokenTable.from_settings(settings.auth_token, settings.tokens)
         interceptors = [BearerTokenInterceptor(tokens, PROTECTED_SERVICES, METHOD_SCOPES)] if tokens else []
         self.server = grpc.aio.server(
@@ -234,6 +240,8 @@ class CoordinatorServer:
             await self.runs.shutdown()
         if self.server is not None:
             await self.server.stop(grace_s)
+        if self.tracker is not None:
+            await asyncio.to_thread(self.tracker.close)
         if self.runs is not None:
             self.runs.metadata.close()
         if self.metrics_server is not None:

@@ -74,6 +74,10 @@ class CoordinatorSettings(BaseSettings):
     # streams; empty: they trust tls_cert itself (a self-signed certificate).
     tls_ca: str = ""
     max_message_bytes: int = 64 * 1024 * 1024
+    # MLflow tracking URI (http://host:port): every run is logged there (params, metrics, status,
+    # best checkpoint), from a thread of its own; empty: none. MLFLOW_EXPERIMENT_NAME names the
+    # experiment (default "trainwire").
+    mlflow_uri: str = ""
     # Port of the Prometheus metrics endpoint (GET /metrics on host); 0: none.
     metrics_port: int = 0
     # How long a watcher waits before polling the metadata store again

@@ -66,13 +66,17 @@ class WandbLoggerCallback(RunCallback):
         if key:
             os.environ["WANDB_API_KEY"] = key
         self._config, self._reports = dict(config), 0
-        options = {"name": run.name, "id": run.run_id, "reinit": "create_new", **self.kwargs}
-        self.wandb_run = wandb.init(
-            project=self.project or os.environ.get("WANDB_PROJECT"),
-            group=self.group or os.environ.get("WANDB_RUN_GROUP"),
-            config={**self._config, "trainwire_run_id": run.run_id},
-            **options,
-        )
+        # One dict, so kwargs may name any of wandb.init's arguments (project, config...) without a clash.
+        options = {
+            "project": self.project or os.environ.get("WANDB_PROJECT"),
+            "group": self.group or os.environ.get("WANDB_RUN_GROUP"),
+            "name": run.name,
+            "id": run.run_id,
+            "reinit": "create_new",
+            **self.kwargs,
+        }
+        options["config"] = {**self._config, **(options.get("config") or {}), "trainwire_run_id": run.run_id}
+        self.wandb_run = wandb.init(**options)
 
     def on_metrics(self, run: coordinator_pb2.RunInfo, metrics: dict[str, Any]) -> None:
         if self.wandb_run is None:
