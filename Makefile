@@ -42,7 +42,7 @@ demo: setup
 redis-server:
 	@command -v redis-server >/dev/null || { apt-get update -qq && apt-get install -y -qq redis-server >/dev/null; }
 
-# The twin (tests/test_twin.py, make twin-up) makes network namespaces with iproute2.
+# The twin (tests/e2e/test_twin.py, make twin-up) makes network namespaces with iproute2.
 iproute2:
 	@command -v ip >/dev/null || { apt-get update -qq && apt-get install -y -qq iproute2 >/dev/null; }
 

@@ -213,18 +213,18 @@ def start_predictor(
     )
 
 
-def ensure_mlserver() -> Path:
+def ensure_mlserver(venv: Path = MLSERVER_VENV, packages: tuple[str, ...] = (*MLSERVER_PACKAGES, "xgboost")) -> Path:
     """MLServer's own virtualenv (it pins protobuf 6, trainwire uses 7); returns its ``mlserver``."""
-    mlserver = MLSERVER_VENV / "bin" / "mlserver"
-    marker = MLSERVER_VENV / "installed.txt"  # written only after a complete install
-    if marker.exists() and marker.read_text() == " ".join(MLSERVER_PACKAGES):
+    mlserver = venv / "bin" / "mlserver"
+    marker = venv / "installed.txt"  # written only after a complete install
+    if marker.exists() and marker.read_text() == " ".join(packages):
         return mlserver
-    print(f"creating {MLSERVER_VENV} and installing {' '.join(MLSERVER_PACKAGES)} (once) ...", flush=True)
-    MLSERVER_VENV.parent.mkdir(parents=True, exist_ok=True)
-    subprocess.run([sys.executable, "-m", "venv", str(MLSERVER_VENV)], check=True)
-    pip = [str(MLSERVER_VENV / "bin" / "python"), "-m", "pip", "install", "-q"]
-    subprocess.run([*pip, *MLSERVER_PACKAGES, "xgboost"], check=True)
-    marker.write_text(" ".join(MLSERVER_PACKAGES))
+    print(f"creating {venv} and installing {' '.join(packages)} (once) ...", flush=True)
+    venv.parent.mkdir(parents=True, exist_ok=True)
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q"]
+    subprocess.run([*pip, *packages], check=True)
+    marker.write_text(" ".join(packages))
     return mlserver
 
 

@@ -1,6 +1,6 @@
 """What must be shown on a deployment: placement across hosts, a killed coordinator, a lost worker host.
 
-Run from a client host of the twin (``tests/test_twin_scenarios.py`` does), as root so that
+Run from a client host of the twin (``tests/e2e/test_twin_scenarios.py`` does), as root so that
 it can use the twin's ``kill`` verb mid-run:
 
     python -m deploy.twin exec --state S client -- env GRPC_DNS_RESOLVER=native \\

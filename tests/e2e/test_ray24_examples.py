@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-COMPAT = Path(__file__).resolve().parent.parent / "compat" / "ray24"
+COMPAT = Path(__file__).resolve().parents[2] / "compat" / "ray24"
 # script -> command-line arguments (the smoke-test flags the examples have, or smaller sizes)
 EXAMPLES = {
     "torch_quick_start.py": [],

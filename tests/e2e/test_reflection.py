@@ -12,7 +12,7 @@ from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoRe
 
 pytestmark = pytest.mark.timeout(120)
 
-PROTOS = Path(__file__).resolve().parents[1] / "protos"
+PROTOS = Path(__file__).resolve().parents[2] / "protos"
 
 
 def declared_rpcs(proto: Path) -> dict[str, set[str]]:

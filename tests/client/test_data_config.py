@@ -74,7 +74,7 @@ def test_the_coordinator_refuses_a_dataset_it_does_not_have(client):
 
     request = coordinator_pb2.FitRequest(framework="torch")
     request.scaling_config.num_workers = 1
-    request.data_parallel.train_loop.entry_point = "tests.test_data_config:every_rank_validates"
+    request.data_parallel.train_loop.entry_point = "tests.client.test_data_config:every_rank_validates"
     request.data_parallel.data_config.datasets_to_split.append("valid")
     with pytest.raises(InvalidArgumentError) as info:
         client.fit(request)

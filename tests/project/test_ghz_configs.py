@@ -20,7 +20,7 @@ from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoRe
 
 pytestmark = pytest.mark.timeout(300)
 
-GHZ_DIR = Path(__file__).resolve().parents[1] / "bench" / "ghz"
+GHZ_DIR = Path(__file__).resolve().parents[2] / "bench" / "ghz"
 CONFIGS = sorted(p.name for p in GHZ_DIR.glob("*.json"))
 MODEL = "ghz-cancer"
 

@@ -273,7 +273,7 @@ def test_a_function_trainable_runs_as_in_ray_tune(coordinator):
 
 
 def test_the_cli_lists_shows_and_watches_a_search(searches, coordinator_address):
-    from tests.test_cli import _cli
+    from tests.client.test_cli import _cli
 
     listed = _cli("tunes", "list", address=coordinator_address)
     assert listed.returncode == 0, listed.stderr

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SERVICES = ("trainwire_coordinator", "trainwire_worker", "trainwire_predictor")
 HEAVY = ("ray", "torch", "tensorflow", "xgboost", "lightgbm", "sklearn", "transformers", "horovod")
 

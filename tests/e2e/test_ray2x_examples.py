@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-COMPAT = Path(__file__).resolve().parent.parent / "compat" / "ray2x"
+COMPAT = Path(__file__).resolve().parents[2] / "compat" / "ray2x"
 EXAMPLES = [
     "async_checkpointing.py",
     "asynchronous_validation.py",

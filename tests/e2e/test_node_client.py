@@ -19,7 +19,7 @@ import pytest
 
 pytestmark = pytest.mark.timeout(300)
 
-NODE_DIR = Path(__file__).resolve().parent.parent / "clients" / "node"
+NODE_DIR = Path(__file__).resolve().parents[2] / "clients" / "node"
 ROUNDS = 8
 NUM_ROWS = 7
 TOKEN = "node-quickstart-token"
