@@ -17,27 +17,44 @@ What a run logs (the same names and steps as the SDK's ``MLflowLoggerCallback``)
   ``trainwire.skipped_params``);
 - every reported metric (numbers; nested ones flattened) at its step (``training_iteration``,
   else the report's index);
-- at the end: the terminal status, and the best (else latest) checkpoint's URI as the tag
-  ``trainwire.best_checkpoint``.
+- at the end: the terminal status, the best (else latest) checkpoint's URI as the tag
+  ``trainwire.best_checkpoint``, and its files as the run's artifact ``checkpoint/`` (read from
+  the store: a local one in place, a remote one through a temporary directory; checked against
+  the checkpoint's manifest; bytes copied, nothing unpickled). A checkpoint over
+  ``max_artifact_bytes`` keeps the tag only (``trainwire.artifact_skipped`` says why).
+
+The coordinator's ``ModelRegistry`` tells ``observe_alias`` of each alias move; the same thread
+mirrors it in MLflow's model registry: a registered model of the trainwire model's name, one
+model version per checkpoint (tags ``trainwire.run_id``, ``trainwire.checkpoint_id``) whose
+source is the checkpoint's artifact in its run's MLflow run (``checkpoint/`` when it holds that
+checkpoint, else uploaded as ``checkpoints/<checkpoint id>/``; the store URI when the run has
+no MLflow run or the checkpoint is too big), and the alias set on it or deleted.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import posixpath
 import queue
+import tempfile
 import threading
 import time
 from collections.abc import Iterable
 from typing import Any
 
+import pyarrow.fs as pafs
 from google.protobuf import json_format
 from google.protobuf.descriptor import FieldDescriptor
 
 from trainwire.air.integrations import _tracking
 from trainwire.air.integrations.mlflow import log_params
 from trainwire_coordinator.metadata import MetadataStore
+from trainwire_coordinator.model_registry import AliasChange
 from trainwire_coordinator.run_state import TERMINAL
+from trainwire_core.errors import DataLossError
+from trainwire_core.manifest import is_derived_path, verify_checkpoint
+from trainwire_core.storage import RANK_STAGING_PREFIX, Store, resolve
 from trainwire_core.structs import merge_dicts, struct_to_dict
 from trainwire_core.v1 import common_pb2, coordinator_pb2
 
@@ -47,6 +64,15 @@ DEFAULT_EXPERIMENT = "trainwire"
 RUN_ID_TAG = "trainwire.run_id"
 BEST_CHECKPOINT_TAG = "trainwire.best_checkpoint"
 SKIPPED_TAG = "trainwire.skipped_params"
+# Which checkpoint the artifact ``checkpoint/`` holds, or why none was uploaded.
+ARTIFACT_PATH = "checkpoint"
+ARTIFACT_CHECKPOINT_TAG = "trainwire.artifact_checkpoint_id"
+ARTIFACT_SKIPPED_TAG = "trainwire.artifact_skipped"
+# Where a checkpoint an alias points to, other than the one in ``checkpoint/``, is uploaded.
+ALIASED_ARTIFACT_DIR = "checkpoints"
+CHECKPOINT_ID_TAG = "trainwire.checkpoint_id"
+CHECKPOINT_URI_TAG = "trainwire.checkpoint_uri"
+DEFAULT_MAX_ARTIFACT_BYTES = 1024 * 1024 * 1024
 # Each trainer's field that holds the config its params come from (logged by their own names).
 CONFIG_FIELDS = {"data_parallel": "train_loop_config", "gbdt": "params", "sklearn": "estimator_params"}
 MAX_QUEUED_EVENTS = 10_000
@@ -126,6 +152,7 @@ class MlflowTracker:
         experiment_name: The MLflow experiment (created when missing); default:
             ``MLFLOW_EXPERIMENT_NAME``, else ``trainwire``.
         max_queued_events: Events kept while MLflow is slow; beyond them events are dropped.
+        max_artifact_bytes: The largest checkpoint (all its files) uploaded as an artifact.
     """
 
     def __init__(
@@ -135,8 +162,10 @@ class MlflowTracker:
         *,
         experiment_name: str | None = None,
         max_queued_events: int = MAX_QUEUED_EVENTS,
+        max_artifact_bytes: int = DEFAULT_MAX_ARTIFACT_BYTES,
     ) -> None:
         self.uri = uri
+        self.max_artifact_bytes = max_artifact_bytes
         self.metadata = metadata
         self.experiment_name = experiment_name or os.environ.get("MLFLOW_EXPERIMENT_NAME") or DEFAULT_EXPERIMENT
         self.dropped = 0
@@ -151,12 +180,28 @@ class MlflowTracker:
     # --- on the event loop -------------------------------------------------------------
     def observe(self, event: coordinator_pb2.RunEvent) -> None:
         """Queues ``event`` for MLflow; never blocks (a full queue drops it, with a warning)."""
+        self._put(event)
+
+    def observe_alias(self, change: AliasChange) -> None:
+        """Queues an alias move for MLflow's model registry (a ``ModelRegistry`` observer); never blocks."""
+        self._put(change)
+
+    def _put(self, item: Any) -> None:
         try:
-            self._queue.put_nowait(event)
+            self._queue.put_nowait(item)
         except queue.Full:
             self.dropped += 1
             if self.dropped == 1 or self.dropped % 1000 == 0:
                 logger.warning("MLflow at %s is behind: %d run event(s) not logged", self.uri, self.dropped)
+
+    def flush(self, timeout_s: float = 30.0) -> bool:
+        """Waits until what was queued before the call is logged; False after ``timeout_s``; blocking."""
+        done = threading.Event()
+        try:
+            self._queue.put(done, timeout=timeout_s)
+        except queue.Full:
+            return False
+        return done.wait(timeout_s)
 
     def close(self, timeout_s: float = 10.0) -> None:
         """Logs what is queued (for at most ``timeout_s``), then stops the thread; blocking."""
@@ -182,10 +227,19 @@ class MlflowTracker:
             if stop:
                 return
 
-    def _process(self, events: Iterable[coordinator_pb2.RunEvent]) -> None:
+    def _process(self, events: Iterable[Any]) -> None:
         """Logs ``events`` in order; a run's consecutive reports go in one batch."""
         pending: dict[str, list[coordinator_pb2.RunEvent]] = {}
         for event in events:
+            if isinstance(event, threading.Event):  # a flush: what came before it is logged first
+                for run_id, reports in pending.items():
+                    self._guarded(self._log_metrics, run_id, reports)
+                pending.clear()
+                event.set()
+                continue
+            if isinstance(event, AliasChange):
+                self._guarded(self._mirror_alias, event)
+                continue
             if event.WhichOneof("kind") == "metrics":
                 pending.setdefault(event.run_id, []).append(event)
                 continue
@@ -199,7 +253,10 @@ class MlflowTracker:
         try:
             fn(*args)
         except Exception:  # MLflow down, refusing a value...: the run goes on untracked
-            logger.exception("trainwire: logging run %s to MLflow at %s failed", args[0], self.uri)
+            what = args[0]
+            if isinstance(what, AliasChange):
+                what = f"{what.run_id} (alias {what.alias!r} of model {what.model!r})"
+            logger.exception("trainwire: logging run %s to MLflow at %s failed", what, self.uri)
 
     def _mlflow(self) -> Any:
         if self._client is None:
@@ -215,16 +272,21 @@ class MlflowTracker:
         record = self.metadata.get_run(run_id)
         return coordinator_pb2.Run.FromString(record.data) if record is not None else None
 
+    def _find_mlflow_run(self, run_id: str) -> Any:
+        """The newest MLflow run tagged with trainwire run ``run_id``, or None."""
+        found = self._mlflow().search_runs(
+            [self._experiment_id], f"tags.`{RUN_ID_TAG}` = '{run_id}'", max_results=1, order_by=["start_time DESC"]
+        )
+        return found[0] if found else None
+
     def _mlflow_run(self, run_id: str) -> str:
         """The MLflow run of ``run_id``: started on the run's first event (carried on when one exists)."""
         if run_id in self._runs:
             return self._runs[run_id]
         client = self._mlflow()
-        found = client.search_runs(
-            [self._experiment_id], f"tags.`{RUN_ID_TAG}` = '{run_id}'", max_results=1, order_by=["start_time DESC"]
-        )
-        if found:  # another coordinator (or this one before a restart) started it
-            self._runs[run_id] = found[0].info.run_id
+        found = self._find_mlflow_run(run_id)
+        if found is not None:  # another coordinator (or this one before a restart) started it
+            self._runs[run_id] = found.info.run_id
             return self._runs[run_id]
         run = self._run(run_id)
         if run is None:
@@ -273,6 +335,7 @@ class MlflowTracker:
             if best is not None and best.uri:
                 self._client.set_tag(mlflow_run_id, BEST_CHECKPOINT_TAG, best.uri)
                 self._client.set_tag(mlflow_run_id, "trainwire.best_checkpoint_id", best.checkpoint_id)
+                self._log_model(mlflow_run_id, best)
             if event.state_change.reason:
                 self._client.set_tag(mlflow_run_id, "trainwire.state_reason", event.state_change.reason[:5000])
         finally:
@@ -288,3 +351,135 @@ class MlflowTracker:
             if run is None or run.state in TERMINAL or time.monotonic() > deadline:
                 return run
             time.sleep(0.1)
+
+    # --- the best checkpoint as the run's model artifact -------------------------------------
+    def _log_model(self, mlflow_run_id: str, best: common_pb2.CheckpointInfo) -> None:
+        """Uploads the run's best checkpoint as ``checkpoint/`` (an MLflow failure is logged, the run ends)."""
+        try:
+            skipped = self._upload_checkpoint(mlflow_run_id, best.uri, ARTIFACT_PATH)
+        except DataLossError as exc:  # a file that does not match the manifest: not a model to publish
+            logger.warning("trainwire: checkpoint %s not uploaded to MLflow: %s", best.uri, exc.message)
+            skipped = f"not uploaded: {exc.message}"
+        except Exception as exc:  # a store or MLflow error: the URI tag stays, the run still ends
+            logger.exception("trainwire: uploading checkpoint %s to MLflow at %s failed", best.uri, self.uri)
+            skipped = f"upload failed: {exc}"
+        if skipped:
+            self._client.set_tag(mlflow_run_id, ARTIFACT_SKIPPED_TAG, skipped[:5000])
+        else:
+            self._client.set_tag(mlflow_run_id, ARTIFACT_CHECKPOINT_TAG, best.checkpoint_id)
+
+    def _upload_checkpoint(self, mlflow_run_id: str, uri: str, artifact_path: str) -> str:
+        """Copies the checkpoint at ``uri`` into the MLflow run's ``artifact_path``; "" or why not.
+
+        Every file but the predictor's cache (``.compiled/``), checked against the checkpoint's
+        manifest first (DataLossError for a file that does not match it). Files are copied as
+        bytes: nothing is loaded, nothing unpickled.
+        """
+        fs, path = resolve(uri)
+        store = Store.for_filesystem(fs, path)
+        files = [(rel, size) for rel, size in store.walk_files(path) if _is_checkpoint_file(rel)]
+        if not files:
+            return f"checkpoint {uri} has no files"
+        total = sum(size for _, size in files)
+        if total > self.max_artifact_bytes:
+            logger.warning(
+                "trainwire: checkpoint %s has %d bytes, over mlflow_max_artifact_bytes (%d): MLflow gets its URI only",
+                uri,
+                total,
+                self.max_artifact_bytes,
+            )
+            return f"{total} bytes, over mlflow_max_artifact_bytes ({self.max_artifact_bytes})"
+        if store.is_local:
+            verify_checkpoint(store, path, uri)
+            root = os.path.realpath(path)
+            for rel, _ in files:
+                local = os.path.join(path, rel)
+                if not os.path.realpath(local).startswith(root + os.sep):
+                    logger.warning("trainwire: %s/%s links outside the checkpoint: not uploaded", uri, rel)
+                    continue
+                target = posixpath.join(artifact_path, posixpath.dirname(rel)).rstrip("/")
+                self._client.log_artifact(mlflow_run_id, local, target)
+            return ""
+        with tempfile.TemporaryDirectory(prefix="trainwire-mlflow-") as tmp:
+            store.download_dir(path, tmp, skip=lambda rel: not _is_checkpoint_file(rel))
+            verify_checkpoint(Store.for_filesystem(pafs.LocalFileSystem(), tmp), tmp, uri)
+            self._client.log_artifacts(mlflow_run_id, tmp, artifact_path)
+        return ""
+
+    # --- trainwire aliases as MLflow registry aliases ----------------------------------------
+    def _mirror_alias(self, change: AliasChange) -> None:
+        from mlflow.exceptions import MlflowException
+
+        client = self._mlflow()
+        if not change.version:
+            try:
+                client.delete_registered_model_alias(change.model, change.alias)
+            except MlflowException as exc:
+                if exc.error_code != "RESOURCE_DOES_NOT_EXIST":
+                    raise
+            return
+        self._registered_model(change.model)
+        version = self._model_version(change)
+        client.set_registered_model_alias(change.model, change.alias, version)
+
+    def _registered_model(self, name: str) -> None:
+        from mlflow.exceptions import MlflowException
+
+        try:
+            self._client.get_registered_model(name)
+        except MlflowException as exc:
+            if exc.error_code != "RESOURCE_DOES_NOT_EXIST":
+                raise
+            try:
+                self._client.create_registered_model(name, tags={"trainwire.model": name})
+            except MlflowException as again:  # another coordinator made it meanwhile
+                if again.error_code != "RESOURCE_ALREADY_EXISTS":
+                    raise
+
+    def _model_version(self, change: AliasChange) -> str:
+        """The MLflow model version of ``change``'s checkpoint: found by its tags, else created."""
+        quoted = _quoted(change.model)
+        found = self._client.search_model_versions(
+            f"name = {quoted} and tags.`{RUN_ID_TAG}` = '{change.run_id}' "
+            f"and tags.`{CHECKPOINT_ID_TAG}` = '{change.version}'"
+        )
+        if found:
+            return str(min(found, key=lambda v: int(v.version)).version)
+        source, mlflow_run_id = self._version_source(change)
+        created = self._client.create_model_version(
+            change.model,
+            source,
+            run_id=mlflow_run_id or None,
+            tags={RUN_ID_TAG: change.run_id, CHECKPOINT_ID_TAG: change.version, CHECKPOINT_URI_TAG: change.uri},
+            description=f"trainwire checkpoint {change.version} of run {change.run_id}",
+        )
+        return str(created.version)
+
+    def _version_source(self, change: AliasChange) -> tuple[str, str]:
+        """(source, MLflow run id) of a new model version: the checkpoint's artifact, else its URI."""
+        run = self._find_mlflow_run(change.run_id)
+        if run is None:
+            return change.uri, ""
+        artifact_root = run.info.artifact_uri.rstrip("/")
+        if run.data.tags.get(ARTIFACT_CHECKPOINT_TAG) == change.version:
+            return f"{artifact_root}/{ARTIFACT_PATH}", run.info.run_id
+        artifact_path = f"{ALIASED_ARTIFACT_DIR}/{change.version}"
+        if not self._client.list_artifacts(run.info.run_id, artifact_path):
+            skipped = self._upload_checkpoint(run.info.run_id, change.uri, artifact_path)
+            if skipped:
+                return change.uri, run.info.run_id
+        return f"{artifact_root}/{artifact_path}", run.info.run_id
+
+
+def _is_checkpoint_file(rel: str) -> bool:
+    """A checkpoint's own file: not the predictor's cache, not a rank's staging left over."""
+    return not is_derived_path(rel) and not rel.startswith(RANK_STAGING_PREFIX)
+
+
+def _quoted(name: str) -> str:
+    """``name`` as a string in an MLflow search filter (single quotes, else double quotes)."""
+    if "'" not in name:
+        return f"'{name}'"
+    if '"' not in name:
+        return f'"{name}"'
+    raise ValueError(f"model name {name!r} has both quote characters: MLflow's search cannot name it")

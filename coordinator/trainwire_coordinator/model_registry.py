@@ -6,15 +6,19 @@ rewrites the whole file atomically (``Store.write_json``), so a predictor reads
 the old or the new state, never a part, and resolves it through the store alone
 as it resolves the index. The history is append-only inside the file: a
 rollback is one more move, back to the previous version.
+
+Whoever mirrors the aliases elsewhere (the coordinator's MLflow tracker) is one of the
+registry's ``observers``: each is called with an ``AliasChange`` once the move is written.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import re
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from trainwire_core.auth import current_caller
@@ -28,6 +32,8 @@ from trainwire_core.v1 import models_pb2, models_pb2_grpc
 ALIAS_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,63}$")
 MAX_ROUTE_VERSIONS = 16
 
+logger = logging.getLogger(__name__)
+
 
 @dataclass(frozen=True)
 class ModelState:
@@ -35,6 +41,31 @@ class ModelState:
 
     name: str
     state: RegistryState
+
+
+@dataclass(frozen=True)
+class AliasChange:
+    """One alias move, as the registry's observers see it once it is written.
+
+    Attributes:
+        model: The model's name as the move named it (a run name or run id).
+        run_id: The run the name resolved to.
+        alias: The alias moved.
+        version: The checkpoint id it points to now; "" when the alias was removed.
+        previous_version: The checkpoint id it pointed to before ("" when new).
+        uri: The store URI of ``version``'s checkpoint ("" when removed).
+        revision: The move's revision in the model's history.
+        moved_by: Who moved it (the caller's name; "" when unauthenticated).
+    """
+
+    model: str
+    run_id: str
+    alias: str
+    version: str
+    previous_version: str
+    uri: str
+    revision: int
+    moved_by: str = ""
 
 
 @dataclass(frozen=True)
@@ -57,6 +88,9 @@ class ModelRegistry:
         self.store = store
         # Each change is a read-modify-write of one file: one at a time in this process.
         self._lock = threading.Lock()
+        # Called with each alias move once it is written, in the order of the moves (under the
+        # lock): an observer must return at once (queue the change), and what it raises is logged.
+        self.observers: list[Callable[[AliasChange], None]] = []
 
     # --- resolution -------------------------------------------------------------
     def model(self, name: str) -> Model:
@@ -132,6 +166,7 @@ class ModelRegistry:
             state = self._state(model)
             target = self._version_of(model, state, version, "version")
             state = self._write(state.with_alias(model.run_id, alias, target, moved_by))
+            self._notify(model, state)
         return ModelState(name, state)
 
     def delete_alias(self, name: str, alias: str, moved_by: str = "") -> ModelState:
@@ -159,11 +194,27 @@ class ModelRegistry:
                     field="alias",
                 )
             state = self._write(state.with_alias(model.run_id, alias, "", moved_by))
+            self._notify(model, state)
         return ModelState(name, state)
 
     def _write(self, state: RegistryState) -> RegistryState:
         state.write(self.store)
         return state
+
+    def _notify(self, model: Model, state: RegistryState) -> None:
+        """Tells the observers of the move just written (the last of ``state``'s history)."""
+        if not self.observers:
+            return
+        move = state.history[-1]
+        uri = self.store.uri_of(self.store.checkpoint_dir(model.run_id, move.version)) if move.version else ""
+        change = AliasChange(
+            model.name, model.run_id, move.alias, move.version, move.previous_version, uri, move.revision, move.moved_by
+        )
+        for observe in self.observers:
+            try:
+                observe(change)
+            except Exception:  # a mirror never undoes nor fails the move
+                logger.exception("an observer of model %r's aliases failed", model.name)
 
     def get(self, name: str) -> ModelState:
         """The model's registry state: aliases, history and route (empty where none is set)."""

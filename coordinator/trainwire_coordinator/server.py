@@ -202,8 +202,14 @@ class CoordinatorServer:
         )
         if settings.mlflow_uri:
             # Sees every run event as it is stored; MLflow's calls run on the tracker's thread.
-            self.tracker = MlflowTracker(settings.mlflow_uri, metadata)
+            self.tracker = MlflowTracker(
+                settings.mlflow_uri, metadata, max_artifact_bytes=settings.mlflow_max_artifact_bytes
+            )
             self.runs.events.observers.append(self.tracker.observe)
+        registry = ModelRegistry(store)
+        if self.tracker is not None:
+            # Alias moves mirrored as MLflow registry aliases, on the same tracker thread.
+            registry.observers.append(self.tracker.observe_alias)
         tokens = TokenTable.from_settings(settings.auth_token, settings.tokens)
         interceptors = [BearerTokenInterceptor(tokens, PROTECTED_SERVICES, METHOD_SCOPES)] if tokens else []
         self.server = grpc.aio.server(
@@ -212,7 +218,7 @@ class CoordinatorServer:
         )
         coordinator_pb2_grpc.add_CoordinatorServicer_to_server(CoordinatorServicer(self.runs), self.server)
         worker_reports_pb2_grpc.add_WorkerReportsServicer_to_server(WorkerReportsServicer(self.runs), self.server)
-        models_pb2_grpc.add_ModelRegistryServicer_to_server(ModelRegistryServicer(ModelRegistry(store)), self.server)
+        models_pb2_grpc.add_ModelRegistryServicer_to_server(ModelRegistryServicer(registry), self.server)
         self.tunes = TuneManager(self.runs, metadata)
         tune_pb2_grpc.add_TunerServicer_to_server(TunerServicer(self.tunes), self.server)
         health_servicer = add_health_and_reflection(self.server, SERVICE_NAMES)

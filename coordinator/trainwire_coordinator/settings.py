@@ -78,6 +78,9 @@ class CoordinatorSettings(BaseSettings):
     # best checkpoint), from a thread of its own; empty: none. MLFLOW_EXPERIMENT_NAME names the
     # experiment (default "trainwire").
     mlflow_uri: str = ""
+    # The largest checkpoint (all its files, in bytes) that the mlflow_uri tracker uploads as a
+    # run's model artifact; a bigger one is logged by its URI only (tag), with a warning.
+    mlflow_max_artifact_bytes: int = 1024 * 1024 * 1024
     # Port of the Prometheus metrics endpoint (GET /metrics on host); 0: none.
     metrics_port: int = 0
     # How long a watcher waits before polling the metadata store again

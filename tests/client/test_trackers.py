@@ -63,6 +63,8 @@ def tracked(coordinator, mlflow_uri, tmp_path_factory):  # noqa: F811 - mlflow_u
         mp.setenv("WANDB_MODE", "offline")
         mp.setenv("WANDB_DIR", str(wandb_dir))
         mp.setenv("WANDB_SILENT", "true")
+        # MLflow's system-metrics monitor samples every half second (default 10 s): the fit lasts longer.
+        mp.setenv("MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL", "0.5")
         result = DataParallelTrainer(
             _loop,
             train_loop_config=CONFIG,
@@ -75,7 +77,11 @@ def tracked(coordinator, mlflow_uri, tmp_path_factory):  # noqa: F811 - mlflow_u
                 ),
                 callbacks=[
                     MLflowLoggerCallback(
-                        mlflow_uri, experiment_name=EXPERIMENT, tags={"team": "ml"}, save_artifact=True
+                        mlflow_uri,
+                        experiment_name=EXPERIMENT,
+                        tags={"team": "ml"},
+                        save_artifact=True,
+                        log_system_metrics=True,
                     ),
                     WandbLoggerCallback(project="trainwire-tests", upload_checkpoints=True),
                     TBXLoggerCallback(tb_dir),
@@ -113,8 +119,8 @@ def test_mlflow_has_the_run_its_params_every_step_the_best_checkpoint_and_its_st
         "optimizer/momentum": "0.9",
         "num_workers": "2",
     }
-    # Numbers only (the "phase" string is not a metric), nested ones flattened.
-    assert set(run.data.metrics) == {"loss", "acc", "extra/lr"}
+    # Numbers only (the "phase" string is not a metric), nested ones flattened; system/ are MLflow's own.
+    assert {k for k in run.data.metrics if not k.startswith("system/")} == {"loss", "acc", "extra/lr"}
     expected = {
         "loss": LOSSES,
         "acc": [1.0 - x for x in LOSSES],
@@ -129,6 +135,25 @@ def test_mlflow_has_the_run_its_params_every_step_the_best_checkpoint_and_its_st
     assert "checkpoint/state.txt" in names
     local = client.download_artifacts(run.info.run_id, "checkpoint", str(tmp_path))
     assert pathlib.Path(local, "state.txt").read_text() == "step 1"
+
+
+def test_mlflow_has_system_metrics_while_the_run_lasted(tracked):
+    from mlflow import MlflowClient
+
+    result = tracked["result"]
+    client = MlflowClient(tracked["mlflow_uri"])
+    experiment = client.get_experiment_by_name(EXPERIMENT)
+    (run,) = client.search_runs([experiment.experiment_id], f"tags.`trainwire.run_id` = '{result.run_id}'")
+    system = {k for k in run.data.metrics if k.startswith("system/")}
+    # MLflow's monitor (psutil): CPU and memory at least, each sampled at steps 0, 1, ...
+    assert {"system/cpu_utilization_percentage", "system/system_memory_usage_megabytes"} <= system, system
+    cpu = client.get_metric_history(run.info.run_id, "system/cpu_utilization_percentage")
+    assert cpu and all(0 <= m.value <= 100 * os.cpu_count() for m in cpu)
+    assert sorted(m.step for m in cpu) == list(range(len(cpu)))
+    # Sampled while the run lasted: none after MLflow marked it ended.
+    assert all(run.info.start_time <= m.timestamp <= run.info.end_time for m in cpu)
+    memory = client.get_metric_history(run.info.run_id, "system/system_memory_usage_megabytes")
+    assert all(m.value > 0 for m in memory)
 
 
 # --- W&B ----------------------------------------------------------------------------------

@@ -2,15 +2,28 @@
 
 from __future__ import annotations
 
+import pathlib
 import socket
 import time
 
 import pytest
 from mlflow_server import mlflow_uri  # noqa: F401 - the fixture
 
+from trainwire.config import CheckpointConfig
+from trainwire_coordinator.checkpoint_manager import CheckpointManager
 from trainwire_coordinator.metadata import RunRecord, open_metadata_store
-from trainwire_coordinator.mlflow_tracker import BEST_CHECKPOINT_TAG, RUN_ID_TAG, SKIPPED_TAG, MlflowTracker
+from trainwire_coordinator.mlflow_tracker import (
+    ARTIFACT_CHECKPOINT_TAG,
+    ARTIFACT_SKIPPED_TAG,
+    BEST_CHECKPOINT_TAG,
+    CHECKPOINT_ID_TAG,
+    RUN_ID_TAG,
+    SKIPPED_TAG,
+    MlflowTracker,
+)
+from trainwire_coordinator.model_registry import ModelRegistry
 from trainwire_coordinator.settings import CoordinatorSettings
+from trainwire_core.storage import Store
 from trainwire_core.structs import to_struct
 from trainwire_core.v1 import common_pb2, coordinator_pb2
 
@@ -201,6 +214,142 @@ def test_the_setting_is_read_from_the_environment(monkeypatch):
     assert CoordinatorSettings().mlflow_uri == "http://mlflow.internal:5000"
     monkeypatch.delenv("TRAINWIRE_COORDINATOR_MLFLOW_URI")
     assert CoordinatorSettings().mlflow_uri == ""
+    assert CoordinatorSettings().mlflow_max_artifact_bytes == 1024**3
+    monkeypatch.setenv("TRAINWIRE_COORDINATOR_MLFLOW_MAX_ARTIFACT_BYTES", "4096")
+    assert CoordinatorSettings().mlflow_max_artifact_bytes == 4096
+
+
+def _committed_run(store: Store, runs: Runs, run_id: str, name: str, losses: dict[str, float], tmp_path) -> None:
+    """A run that committed one checkpoint per ``losses`` item (files naming it) and ended SUCCEEDED."""
+    manager = CheckpointManager(
+        store, run_id, name, CheckpointConfig(checkpoint_score_attribute="loss", checkpoint_score_order="min")
+    )
+    run = coordinator_pb2.Run(run_id=run_id, name=name, state=common_pb2.SUCCEEDED, framework="torch")
+    run.request.scaling_config.num_workers = 1
+    for index, (checkpoint_id, loss) in enumerate(losses.items(), start=1):
+        src = tmp_path / f"{run_id}-{checkpoint_id}"
+        (src / "weights").mkdir(parents=True)
+        (src / "state.txt").write_text(checkpoint_id)
+        (src / "weights" / "layer0.bin").write_bytes(checkpoint_id.encode() * 100)
+        files = store.upload_dir(src, store.checkpoint_dir(run_id, checkpoint_id))
+        committed = manager.commit(checkpoint_id, index, {"loss": loss}, files)
+        run.latest_checkpoint.CopyFrom(manager.info(committed))
+    # The predictor's compiled cache beside a checkpoint is not the checkpoint: never uploaded.
+    for checkpoint_id in losses:
+        compiled = pathlib.Path(store.checkpoint_dir(run_id, checkpoint_id), ".compiled")
+        compiled.mkdir()
+        (compiled / "model.so").write_bytes(b"cache")
+    assert manager.best is not None and manager.best.checkpoint_id == min(losses, key=losses.get)
+    run.best_checkpoints.extend(manager.info(c) for c in manager.ranked())
+    runs.save(run)
+
+
+def _end(tracker: MlflowTracker, run_id: str) -> None:
+    for state in (common_pb2.PENDING, common_pb2.RUNNING, common_pb2.SUCCEEDED):
+        tracker.observe(_state(run_id, state))
+
+
+def _artifact_files(client, mlflow_run_id: str, path: str, tmp_path) -> dict[str, bytes]:
+    local = pathlib.Path(client.download_artifacts(mlflow_run_id, path, str(tmp_path)))
+    return {p.relative_to(local).as_posix(): p.read_bytes() for p in local.rglob("*") if p.is_file()}
+
+
+def test_the_best_checkpoint_is_the_runs_model_artifact_unless_too_big_or_damaged(mlflow_uri, tmp_path):  # noqa: F811
+    from mlflow import MlflowClient
+
+    store = Store(str(tmp_path / "store"))
+    runs = Runs(tmp_path / "state.db")
+    _committed_run(store, runs, "e" * 16, "artifact", {"ck1": 0.5, "ck2": 0.1, "ck3": 0.3}, tmp_path)
+    _committed_run(store, runs, "f" * 16, "damaged", {"ck1": 0.5}, tmp_path)
+    _committed_run(store, runs, "g" * 16, "too-big", {"ck1": 0.5}, tmp_path)
+    # A file changed after the commit (same size): its sha256 no longer matches the manifest.
+    pathlib.Path(store.checkpoint_dir("f" * 16, "ck1"), "state.txt").write_text("ck9")
+
+    tracker = MlflowTracker(mlflow_uri, runs.metadata, experiment_name=EXPERIMENT)
+    _end(tracker, "e" * 16)
+    _end(tracker, "f" * 16)
+    tracker.close(timeout_s=60)
+    # Its checkpoint has 2 files of 3 and 300 bytes plus the manifest: over 100 bytes.
+    small = MlflowTracker(mlflow_uri, runs.metadata, experiment_name=EXPERIMENT, max_artifact_bytes=100)
+    _end(small, "g" * 16)
+    small.close(timeout_s=60)
+
+    client = MlflowClient(mlflow_uri)
+    run = _search(client, "e" * 16)
+    assert run.info.status == "FINISHED"
+    # The best (lowest loss) checkpoint, ck2, not the latest (ck3): its files and manifest, no cache.
+    assert run.data.tags[ARTIFACT_CHECKPOINT_TAG] == "ck2"
+    assert ARTIFACT_SKIPPED_TAG not in run.data.tags
+    files = _artifact_files(client, run.info.run_id, "checkpoint", tmp_path / "e")
+    assert set(files) == {"state.txt", "weights/layer0.bin", "manifest.json"}
+    assert files["state.txt"] == b"ck2"
+    assert files["weights/layer0.bin"] == b"ck2" * 100
+    assert files["manifest.json"] == pathlib.Path(store.checkpoint_dir("e" * 16, "ck2"), "manifest.json").read_bytes()
+
+    damaged = _search(client, "f" * 16)
+    assert damaged.info.status == "FINISHED"
+    assert ARTIFACT_CHECKPOINT_TAG not in damaged.data.tags
+    assert "'state.txt' has sha256" in damaged.data.tags[ARTIFACT_SKIPPED_TAG]
+    assert client.list_artifacts(damaged.info.run_id) == []
+    assert damaged.data.tags[BEST_CHECKPOINT_TAG].endswith("/checkpoints/ck1")
+
+    big = _search(client, "g" * 16)
+    assert big.info.status == "FINISHED"
+    assert client.list_artifacts(big.info.run_id) == []
+    assert "over mlflow_max_artifact_bytes (100)" in big.data.tags[ARTIFACT_SKIPPED_TAG]
+    assert big.data.tags[BEST_CHECKPOINT_TAG] == store.uri_of(store.checkpoint_dir("g" * 16, "ck1"))
+
+
+def test_aliases_are_mirrored_as_mlflow_registry_aliases(mlflow_uri, tmp_path):  # noqa: F811
+    from mlflow import MlflowClient
+    from mlflow.exceptions import MlflowException
+
+    store = Store(str(tmp_path / "store"))
+    runs = Runs(tmp_path / "state.db")
+    run_id = "h" * 16
+    _committed_run(store, runs, run_id, "ranker", {"c1": 0.1, "c2": 0.4}, tmp_path)
+    tracker = MlflowTracker(mlflow_uri, runs.metadata, experiment_name=EXPERIMENT)
+    registry = ModelRegistry(store)
+    registry.observers.append(tracker.observe_alias)
+    client = MlflowClient(mlflow_uri)
+    try:
+        _end(tracker, run_id)  # c1, the best, becomes the run's artifact checkpoint/
+        assert tracker.flush()
+        mlflow_run = _search(client, run_id)
+        root = mlflow_run.info.artifact_uri
+
+        registry.set_alias("ranker", "production", "c1")
+        assert tracker.flush()
+        a = client.get_model_version_by_alias("ranker", "production")
+        assert a.tags[CHECKPOINT_ID_TAG] == "c1" and a.tags[RUN_ID_TAG] == run_id
+        assert (a.source, a.run_id) == (f"{root}/checkpoint", mlflow_run.info.run_id)
+
+        registry.set_alias("ranker", "production", "c2")
+        registry.set_alias("ranker", "canary", "c1")
+        assert tracker.flush()
+        b = client.get_model_version_by_alias("ranker", "production")
+        assert b.version != a.version and b.tags[CHECKPOINT_ID_TAG] == "c2"
+        # c2 is not the run's artifact: it was uploaded for the alias, beside it.
+        assert (b.source, b.run_id) == (f"{root}/checkpoints/c2", mlflow_run.info.run_id)
+        files = _artifact_files(client, mlflow_run.info.run_id, "checkpoints/c2", tmp_path / "b")
+        assert files["state.txt"] == b"c2" and ".compiled/model.so" not in files
+        # The same checkpoint is the same model version.
+        assert client.get_model_version_by_alias("ranker", "canary").version == a.version
+
+        registry.delete_alias("ranker", "production")
+        assert tracker.flush()
+        with pytest.raises(MlflowException) as missing:
+            client.get_model_version_by_alias("ranker", "production")
+        assert "alias production not found" in str(missing.value)
+        model = client.get_registered_model("ranker")
+        assert model.aliases == {"canary": a.version}
+        assert sorted(v.tags[CHECKPOINT_ID_TAG] for v in client.search_model_versions("name = 'ranker'")) == [
+            "c1",
+            "c2",
+        ]
+    finally:
+        tracker.close(timeout_s=60)
+    assert tracker.dropped == 0
 
 
 def _loop(config):
@@ -224,6 +373,7 @@ def test_a_coordinator_with_mlflow_uri_logs_each_fit(ray_cluster, mlflow_uri, tm
     from trainwire import CheckpointConfig, RunConfig, ScalingConfig
     from trainwire.client import CoordinatorClient
     from trainwire.data_parallel import DataParallelTrainer
+    from trainwire.model_registry import ModelRegistryClient
     from trainwire_coordinator.server import CoordinatorThread
 
     monkeypatch.setenv("MLFLOW_EXPERIMENT_NAME", EXPERIMENT)
@@ -254,6 +404,8 @@ def test_a_coordinator_with_mlflow_uri_logs_each_fit(ray_cluster, mlflow_uri, tm
             ),
         ).fit()
         best = client.get_run(result.run_id).best_checkpoints[0]
+        with ModelRegistryClient(address) as registry:
+            registry.set_alias("coordinator-tracked", "production", best.checkpoint_id)
     finally:
         monkeypatch.undo()
         client.close()
@@ -267,6 +419,13 @@ def test_a_coordinator_with_mlflow_uri_logs_each_fit(ray_cluster, mlflow_uri, tm
     assert run.data.params == {"num_workers": "1"}
     assert "pickled_train_loop_config" in run.data.tags[SKIPPED_TAG]
     assert _history(mlflow, run.info.run_id, "loss") == [(1, 0.4), (2, 0.1), (3, 0.3)]
-    # The best checkpoint by "min" loss: the second report's.
+    # The best checkpoint by "min" loss: the second report's, its files the run's artifact.
     assert best.metrics["loss"] == 0.1
     assert run.data.tags[BEST_CHECKPOINT_TAG] == best.uri
+    assert run.data.tags[ARTIFACT_CHECKPOINT_TAG] == best.checkpoint_id
+    local = mlflow.download_artifacts(run.info.run_id, "checkpoint/state.txt", str(tmp_path))
+    assert pathlib.Path(local).read_text() == "step 1"
+    # The alias set through the coordinator's ModelRegistry service is MLflow's alias too.
+    version = mlflow.get_model_version_by_alias("coordinator-tracked", "production")
+    assert version.tags[CHECKPOINT_ID_TAG] == best.checkpoint_id
+    assert version.source == f"{run.info.artifact_uri}/checkpoint"

@@ -66,6 +66,11 @@ class MLflowLoggerCallback(RunCallback):
         tracking_token: A token for the tracking server (``MLFLOW_TRACKING_TOKEN``).
         save_artifact: Log the run's best (else latest) checkpoint's files as the ``checkpoint`` artifact.
         log_params_on_trial_end: Log the params when the run ends instead of when it starts.
+        log_system_metrics: Log this machine's CPU, memory, disk, network (and GPU) use while
+            the run lasts as the ``system/`` metrics: MLflow's own monitor (``psutil``), as
+            ``mlflow.start_run(log_system_metrics=True)``; its sampling interval is
+            ``MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL`` (default 10 s). The machine is the one
+            that calls ``fit()``, not the workers'.
     """
 
     def __init__(
@@ -78,6 +83,7 @@ class MLflowLoggerCallback(RunCallback):
         tracking_token: str | None = None,
         save_artifact: bool = False,
         log_params_on_trial_end: bool = False,
+        log_system_metrics: bool = False,
     ) -> None:
         self.tracking_uri = tracking_uri
         self.registry_uri = registry_uri
@@ -86,7 +92,9 @@ class MLflowLoggerCallback(RunCallback):
         self.tracking_token = tracking_token
         self.save_artifact = save_artifact
         self.log_params_on_trial_end = log_params_on_trial_end
+        self.log_system_metrics = log_system_metrics
         self.client: Any = None
+        self._system_metrics: Any = None
         self.mlflow_run_id = ""
         self._config: dict[str, Any] = {}
         self._reports = 0
@@ -103,6 +111,12 @@ class MLflowLoggerCallback(RunCallback):
         self._config, self._reports = dict(config), 0
         if not self.log_params_on_trial_end:
             log_params(self.client, self.mlflow_run_id, self._config)
+        if self.log_system_metrics:
+            from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
+
+            # What mlflow.start_run(log_system_metrics=True) starts, for a run made by the client.
+            self._system_metrics = SystemMetricsMonitor(self.mlflow_run_id, tracking_uri=self.client.tracking_uri)
+            self._system_metrics.start()
 
     def on_metrics(self, run: coordinator_pb2.RunInfo, metrics: dict[str, Any]) -> None:
         if not self.mlflow_run_id:
@@ -114,6 +128,10 @@ class MLflowLoggerCallback(RunCallback):
         if not self.mlflow_run_id:
             return
         try:
+            if self._system_metrics is not None:
+                # Stopped (its last samples written) while the MLflow run still takes metrics.
+                self._system_metrics.finish()
+                self._system_metrics = None
             if self.log_params_on_trial_end:
                 log_params(self.client, self.mlflow_run_id, self._config)
             checkpoint = _tracking.model_checkpoint(result) if self.save_artifact else None
