@@ -60,7 +60,7 @@ import numpy as np
 from trainwire_core.errors import InvalidArgumentError, TrainwireError
 from trainwire_predictor.codec import select_outputs, to_batch
 from trainwire_predictor.inference import InferenceRequest, InferenceResponse, decode_inputs
-from trainwire_predictor.model_repository import LoadedModel
+from trainwire_predictor.models import LoadedModel
 from trainwire_predictor.statistics import Recorder, Timing, now_ns
 
 # Errors a model raises on input it cannot score (wrong width, bad values): the caller's fault.

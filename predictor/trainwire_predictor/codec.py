@@ -13,7 +13,7 @@ import numpy as np
 from trainwire_core.errors import InvalidArgumentError
 from trainwire_core.inference.codec import NUMERIC
 from trainwire_predictor.inference import InferenceRequest, InferenceResponse, datatype_name
-from trainwire_predictor.model_repository import LoadedModel
+from trainwire_predictor.models import LoadedModel
 
 
 def _check_datatype(name: str, arr: np.ndarray, expected: str, field: str) -> None:

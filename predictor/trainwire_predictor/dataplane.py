@@ -9,6 +9,7 @@ messages to and from ``trainwire_predictor.inference`` (as MLServer's
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
@@ -19,7 +20,8 @@ from trainwire_predictor.batching import Batcher
 from trainwire_predictor.generative.requests import GenerateLimits
 from trainwire_predictor.generative.service import TextGenerator
 from trainwire_predictor.inference import InferenceRequest, InferenceResponse
-from trainwire_predictor.model_repository import ModelRepository, TensorSpec
+from trainwire_predictor.model_repository import ModelRepository
+from trainwire_predictor.models import TensorSpec
 from trainwire_predictor.routing import Router
 from trainwire_predictor.statistics import ModelStats, Recorder, Recorders, Statistics, Timing, now_ns
 
@@ -80,7 +82,7 @@ class DataPlane:
         self.recorder = Recorders([self.statistics, *(recorders or [])])
         if batcher.recorder is None:
             batcher.recorder = self.recorder
-        self.generator = TextGenerator(models, self.router, self.recorder, generate_limits or GenerateLimits())
+        self.generator = TextGenerator(self.router, self.recorder, generate_limits or GenerateLimits())
         self.version = __version__
 
     async def infer(self, request: InferenceRequest, encode: Callable[[InferenceResponse], T]) -> T:
@@ -96,16 +98,11 @@ class DataPlane:
                 or the request is bad (the field names where).
         """
         timing = Timing()
-        shadow = ""
-        if not request.model_version:
-            # Fresh cached reads answer without awaiting: nearly every request.
-            routed = self.router.route_now(request)
-            request, shadow = routed if routed is not None else await self.router.route(request)
-        model = self.models.loaded(request.model_name, request.model_version)
-        if model is None:
-            model = await self.models.get(request.model_name, request.model_version)
+        # Fresh cached reads answer without awaiting: nearly every request.
+        request, shadow, model = self.router.target_now(request) or await self.router.target(request)
         try:
             model.in_flight += 1  # the cache keeps a model while it scores (LoadedModel.serving, inlined)
+            model.used_at = time.monotonic()
             try:
                 response = await self.batcher.infer(request, model, timing)
             finally:

@@ -26,7 +26,7 @@ import threading
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
-from trainwire_predictor.model_repository import ModelRef
+from trainwire_predictor.models import ModelRef
 from trainwire_predictor.statistics import Timing, model_labels
 
 LABELS = ("model", "version")

@@ -21,12 +21,9 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
-import functools
 import logging
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -40,83 +37,11 @@ from trainwire_core.manifest import is_code_trusted, read_manifest, verify_check
 from trainwire_core.storage import MANIFEST_NAME, RUN_ID_RE, Store
 from trainwire_core.store_documents import CheckpointIndex, RegistryState
 from trainwire_predictor.compiled_trees import CompileResult, TreeCompiler, supports
+from trainwire_predictor.models import LoadedModel, ModelRef, Resolution, TensorSpec
 
 logger = logging.getLogger(__name__)
 
 _MAX_CACHED_NAMES = 10_000
-
-
-@dataclass(frozen=True)
-class TensorSpec:
-    """A model input or output as ModelMetadata shows it (-1: any size)."""
-
-    name: str
-    datatype: str
-    shape: tuple[int, ...]
-
-
-@dataclass(frozen=True)
-class ModelRef:
-    """One committed checkpoint of one run."""
-
-    run_id: str
-    run_name: str
-    checkpoint_id: str
-    versions: tuple[str, ...] = ()
-
-    @property
-    def key(self) -> tuple[str, str]:
-        return (self.run_id, self.checkpoint_id)
-
-
-@dataclass
-class LoadedModel:
-    """A checkpoint loaded into its framework's Predictor."""
-
-    ref: ModelRef
-    framework: str
-    predictor: Predictor
-    inputs: list[TensorSpec]
-    outputs: list[TensorSpec]
-    loaded_at: float = field(default_factory=time.time)
-    # What compiling the model gave (tree models only, when compiling is on).
-    compile_result: CompileResult | None = None
-    # Nanoseconds a batched model call has taken per row (a moving average), once measured.
-    ns_per_row: float | None = None
-    # What the checkpoint's files take (its manifest): what the cache's byte budget counts.
-    size_bytes: int = 0
-    # Requests scoring on it now; the cache never drops a model while any are.
-    in_flight: int = 0
-    # The model's token generation (a GenerationEngine), started by its first generate request.
-    generation_engine: Any = None
-
-    def release(self) -> None:
-        """Called as the cache drops the model: stops its generation thread, if it has one."""
-        if self.generation_engine is not None:
-            self.generation_engine.close()
-
-    @contextlib.contextmanager
-    def serving(self) -> Iterator[LoadedModel]:
-        """Marks the model in use for one request (on the event loop: no lock needed)."""
-        self.in_flight += 1
-        try:
-            yield self
-        finally:
-            self.in_flight -= 1
-
-    @property
-    def columns(self) -> list[str] | None:
-        return self.predictor.feature_columns
-
-    @functools.cached_property
-    def input_specs(self) -> dict[str, TensorSpec]:
-        """The inputs by name (looked up on every request)."""
-        return {s.name: s for s in self.inputs}
-
-    @property
-    def platform(self) -> str:
-        """What ModelMetadata reports: the framework's declared platform."""
-        return frameworks.get_framework(self.framework).platform
 
 
 def detect_framework(store: Store, directory: str) -> str:
@@ -260,14 +185,15 @@ class ModelRepository:
         # Manifest checks, once per checkpoint: passed, or the mismatch found (checkpoints are immutable).
         self._verified: set[tuple[str, str]] = set()
         self._corrupt: dict[tuple[str, str], DataLossError] = {}
-        self._cache: collections.OrderedDict[tuple[str, str], LoadedModel] = collections.OrderedDict()
+        self._cache: dict[tuple[str, str], LoadedModel] = {}
         self._loading: dict[tuple[str, str], asyncio.Task[LoadedModel]] = {}
         self._names: dict[str, tuple[float, str | None]] = {}
         self._indexes: dict[str, tuple[float, CheckpointIndex | None]] = {}
         self._registries: dict[str, tuple[float, RegistryState]] = {}
-        # (name, version) -> (monotonic time until which it holds, (run id, checkpoint id)): what
-        # ``resolve`` answered from cached reads, kept as long as every one of those reads is fresh.
-        self._resolved: dict[tuple[str, str], tuple[float, tuple[str, str]]] = {}
+        # Model name -> what it means until its reads are due again (one build per refresh).
+        self._resolutions: dict[str, Resolution] = {}
+        # Run id -> its loaded checkpoints by id: the live mapping each Resolution of the run shows.
+        self._loaded_by_run: dict[str, dict[str, LoadedModel]] = {}
         self._reads: dict[str, asyncio.Task[Any]] = {}
         self.compile_tree_models = compile_tree_models
         self._compiler = compiler
@@ -318,6 +244,7 @@ class ModelRepository:
             return cached[1]
         index = _parsed(CheckpointIndex.from_json, await self._read(self.store.index_path(run_id)), None)
         self._indexes[run_id] = (time.monotonic(), index)
+        self._forget(run_id)
         return index
 
     async def registry(self, run_id: str, refresh: bool = False) -> RegistryState:
@@ -327,6 +254,7 @@ class ModelRepository:
             return cached[1]
         state = _parsed(RegistryState.from_json, await self._read(self.store.aliases_path(run_id)), RegistryState())
         self._registries[run_id] = (time.monotonic(), state)
+        self._forget(run_id)
         return state
 
     async def run_of(self, name: str) -> str | None:
@@ -334,62 +262,66 @@ class ModelRepository:
         return await self._run_id(name) if name else None
 
     # --- the request path without awaiting --------------------------------------
-    def loaded(self, name: str, version: str = "") -> LoadedModel | None:
-        """The loaded model ``get(name, version)`` would answer now, when fresh cached reads say so.
-
-        Nothing is read and nothing awaited: None means "ask ``get``" (a read is due, the
-        model is not loaded, or resolution would fail and must say why). Within
-        ``index_refresh_s`` of the reads it rests on, the answer is the one ``get`` gives.
-        """
-        now = time.monotonic()
-        hit = self._resolved.get((name, version))
-        if hit is None or now >= hit[0]:
-            hit = self._resolve_fresh(name, version, now)
-            if hit is None:
-                return None
-        model = self._cache.get(hit[1])
-        if model is not None:
-            self._cache.move_to_end(hit[1])
-        return model
-
-    def _resolve_fresh(self, name: str, version: str, now: float) -> tuple[float, tuple[str, str]] | None:
-        """``resolve`` on fresh cached reads only (None where it would read, or fail); remembered."""
-        limit = now - self.index_refresh_s
-        named = self._names.get(name)
-        if named is None or named[0] <= limit or named[1] is None:
-            return None
-        run_id = named[1]
-        indexed = self._indexes.get(run_id)
-        if indexed is None or indexed[0] <= limit or not indexed[1]:
-            return None
-        index = indexed[1]
-        if not index.checkpoints:
-            return None
-        stamp = min(named[0], indexed[0])
-        checkpoint = version or index.default_version()
-        if checkpoint not in index.ids:
-            registry = self._registries.get(run_id)
-            if registry is None or registry[0] <= limit:
-                return None
-            aliased = registry[1].aliases.get(checkpoint)
-            if aliased is None or aliased not in index.ids:
-                return None
-            checkpoint, stamp = aliased, min(stamp, registry[0])
-        if len(self._resolved) >= _MAX_CACHED_NAMES:
-            self._resolved.clear()  # callers choose names: keep it bounded
-        hit = self._resolved[(name, version)] = (stamp + self.index_refresh_s, (run_id, checkpoint))
-        return hit
-
-    def fresh_registry(self, name: str) -> tuple[str, RegistryState] | None:
-        """The run id of a model name and its aliases and traffic policy, from fresh cached reads (None: read)."""
+    def resolution_now(self, name: str) -> Resolution | None:
+        """What ``name`` means, from fresh cached reads (None: await ``resolution``); nothing is read or awaited."""
+        known = self._resolutions.get(name)
+        if known is not None and time.monotonic() < known.fresh_until:
+            return known
         limit = time.monotonic() - self.index_refresh_s
         named = self._names.get(name)
         if named is None or named[0] <= limit or named[1] is None:
             return None
-        registry = self._registries.get(named[1])
-        if registry is None or registry[0] <= limit:
+        indexed, registry = self._indexes.get(named[1]), self._registries.get(named[1])
+        if indexed is None or indexed[0] <= limit or registry is None or registry[0] <= limit:
             return None
-        return named[1], registry[1]
+        return self._resolved(name, named[1], indexed, registry)
+
+    async def resolution(self, name: str) -> Resolution | None:
+        """What ``name`` means, read again where a read is due (None: no such model; ``get`` says why)."""
+        run_id = await self.run_of(name)
+        if run_id is None or not await self._index(run_id):
+            return None
+        await self.registry(run_id)
+        known = self.resolution_now(name)
+        if known is not None:
+            return known
+        # A read older than the interval (a slow store): build from what was just read all the same.
+        return self._resolved(name, run_id, self._indexes[run_id], self._registries[run_id])
+
+    def _resolved(
+        self,
+        name: str,
+        run_id: str,
+        indexed: tuple[float, CheckpointIndex | None],
+        registry: tuple[float, RegistryState],
+    ) -> Resolution | None:
+        index, state = indexed[1], registry[1]
+        if index is None or not index.checkpoints:
+            return None
+        ids = index.ordered_ids
+        # Aliases first, so a checkpoint id wins over an alias of the same name; one not committed is left to get.
+        checkpoints = {alias: target for alias, target in state.aliases.items() if target in index.ids}
+        checkpoints.update({checkpoint: checkpoint for checkpoint in ids})
+        checkpoints[""] = index.default_version()
+        stamp = min(self._names[name][0], indexed[0], registry[0])
+        if len(self._resolutions) >= _MAX_CACHED_NAMES:
+            self._resolutions.clear()  # callers choose names: keep it bounded
+        known = self._resolutions[name] = Resolution(
+            name,
+            run_id,
+            index.run_name,
+            ids,
+            checkpoints,
+            state.route,
+            self._loaded_by_run.setdefault(run_id, {}),
+            stamp + self.index_refresh_s,
+        )
+        return known
+
+    def _forget(self, run_id: str) -> None:
+        """Drops the resolutions resting on a run's earlier reads (a read came back)."""
+        for name in [name for name, known in self._resolutions.items() if known.run_id == run_id]:
+            del self._resolutions[name]
 
     # --- resolution ------------------------------------------------------------
     async def resolve(self, name: str, version: str = "") -> ModelRef:
@@ -457,7 +389,7 @@ class ModelRepository:
         ref = await self.resolve(name, version)
         model = self._cache.get(ref.key)
         if model is not None:
-            self._cache.move_to_end(ref.key)
+            model.used_at = time.monotonic()
             return model
         task = self._loading.get(ref.key)
         if task is None:
@@ -490,6 +422,7 @@ class ModelRepository:
         if self.compile_tree_models and supports(framework, predictor):
             await self._compile(model)  # never raises: the framework serves where compiling fails
         self._cache[ref.key] = model
+        self._loaded_by_run.setdefault(ref.run_id, {})[ref.checkpoint_id] = model
         self._evict(keep=ref.key)
         logger.info(
             "loaded model %s (run %s) version %s in %.2f s",
@@ -520,7 +453,7 @@ class ModelRepository:
             too_many = len(self._cache) > self.cache_size
             return too_many or (self.cache_bytes > 0 and self.cached_bytes() > self.cache_bytes)
 
-        for key in list(self._cache):
+        for key in sorted(self._cache, key=lambda key: self._cache[key].used_at):
             if not over():
                 return
             if key == keep or self._cache[key].in_flight:
@@ -591,6 +524,7 @@ class ModelRepository:
         return len(keys)
 
     def _drop(self, key: tuple[str, str]) -> None:
+        self._loaded_by_run.get(key[0], {}).pop(key[1], None)
         self._cache.pop(key).release()
 
     # --- listing -------------------------------------------------------------

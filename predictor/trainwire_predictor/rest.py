@@ -50,7 +50,7 @@ from trainwire_core.errors import (
 )
 from trainwire_predictor.dataplane import EXTENSIONS, SERVER_NAME, DataPlane
 from trainwire_predictor.generative.rest import GenerateEndpoints, OpenAIEndpoints, openai_error
-from trainwire_predictor.model_repository import TensorSpec
+from trainwire_predictor.models import TensorSpec
 from trainwire_predictor.rest_codec import HEADER_LENGTH, dumps, encode_infer_response, parse_infer_request, parse_json
 
 logger = logging.getLogger(__name__)

@@ -34,12 +34,17 @@ from dataclasses import dataclass
 import numpy as np
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from trainwire_core.store_documents import RegistryState, TrafficPolicy
+from trainwire_core.store_documents import TrafficPolicy
 from trainwire_predictor.batching import Batcher
 from trainwire_predictor.inference import InferenceRequest, InferenceResponse
 from trainwire_predictor.model_repository import ModelRepository
+from trainwire_predictor.models import LoadedModel, Resolution
 
 logger = logging.getLogger(__name__)
+
+# What a request is served by: the request (its version as the policy picked it), the shadow target
+# ("": none) and the loaded model. A plain tuple: one is made per request.
+Target = tuple[InferenceRequest, str, LoadedModel]
 
 # Points on the weight ranges: percents to two decimals, so a 0.01% share is still reachable.
 _POINTS = 10_000
@@ -177,30 +182,39 @@ class Router:
         # (model name, shadow target as the policy names it) -> its failures and pause.
         self._pauses: dict[tuple[str, str], _Pause] = {}
 
-    async def route(self, request: InferenceRequest) -> tuple[InferenceRequest, str]:
-        """The request to serve (its version chosen by the policy when it names none) and the shadow target ("")."""
-        if request.model_version:
-            return request, ""
-        run_id = await self.models.run_of(request.model_name)
-        if run_id is None:
-            return request, ""  # resolution says NOT_FOUND, naming the model
-        return self._apply(request, run_id, await self.models.registry(run_id))
+    def target_now(self, request: InferenceRequest) -> Target | None:
+        """The request to serve, its shadow target ("") and its loaded model, from fresh cached reads.
 
-    def route_now(self, request: InferenceRequest) -> tuple[InferenceRequest, str] | None:
-        """``route`` from fresh cached reads, without awaiting; None: await ``route``."""
-        if request.model_version:
-            return request, ""
-        known = self.models.fresh_registry(request.model_name)
-        return None if known is None else self._apply(request, *known)
+        Nothing is read or awaited (None: await ``target``): the model name is resolved once
+        per refresh, and the resolution is all the pick and the model lookup need.
+        """
+        resolution = self.models.resolution_now(request.model_name)
+        if resolution is None:
+            return None
+        routed, shadow = (request, "") if request.model_version else self.route(request, resolution)
+        checkpoint = resolution.checkpoints.get(routed.model_version)
+        model = resolution.loaded.get(checkpoint) if checkpoint is not None else None
+        return None if model is None else (routed, shadow, model)
 
-    def _apply(self, request: InferenceRequest, run_id: str, state: RegistryState) -> tuple[InferenceRequest, str]:
-        route = state.route
-        if not route:
+    async def target(self, request: InferenceRequest) -> Target:
+        """``target_now`` reading what is due and loading the model.
+
+        Raises:
+            TrainwireError: The model or version does not resolve, or the model cannot load.
+        """
+        resolution = None if request.model_version else await self.models.resolution(request.model_name)
+        routed, shadow = (request, "") if resolution is None else self.route(request, resolution)
+        return routed, shadow, await self.models.get(routed.model_name, routed.model_version)
+
+    def route(self, request: InferenceRequest, resolution: Resolution) -> tuple[InferenceRequest, str]:
+        """The request with the version its policy picks (as the policy names it), and the shadow target ("")."""
+        policy = resolution.policy
+        if not policy:
             return request, ""
-        cached = self._splits.get(run_id)
-        if cached is None or cached[0] is not route:
+        cached = self._splits.get(resolution.run_id)
+        if cached is None or cached[0] is not policy:
             # The registry's state is a new object on each read: one Split per read.
-            cached = self._splits[run_id] = (route, Split.of(route))
+            cached = self._splits[resolution.run_id] = (policy, Split.of(policy))
         split = cached[1]
         target = split.pick(request.routing_key, self.rng)
         if target:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from trainwire_core.inference import grpc_service_pb2 as pb
-from trainwire_predictor.model_repository import ModelRef
+from trainwire_predictor.models import ModelRef
 
 
 def now_ns() -> int:

@@ -71,9 +71,11 @@ def test_the_predictor_serves_an_earlier_release_s_store_by_alias_and_policy(tmp
     async def go() -> tuple[str, str, set[str]]:
         best = (await repo.resolve("churn-model")).checkpoint_id
         canary = (await repo.resolve("churn-model", "canary")).checkpoint_id
+        resolution = await repo.resolution("churn-model")
+        assert resolution is not None and resolution.checkpoints["production"] == best
         picked = set()
         for key in range(200):
-            routed, shadow = await router.route(InferenceRequest("churn-model", "", routing_key=f"user-{key}"))
+            routed, shadow = router.route(InferenceRequest("churn-model", "", routing_key=f"user-{key}"), resolution)
             assert shadow == "checkpoint_000001"
             picked.add(routed.model_version)
         return best, canary, picked

@@ -23,7 +23,8 @@ from trainwire_predictor.batching import (
 )
 from trainwire_predictor.grpc_codec import request_from_proto
 from trainwire_predictor.inference import InferenceRequest
-from trainwire_predictor.model_repository import LoadedModel, ModelRef, describe
+from trainwire_predictor.model_repository import describe
+from trainwire_predictor.models import LoadedModel, ModelRef
 
 pytestmark = pytest.mark.timeout(30)
 

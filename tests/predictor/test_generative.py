@@ -149,8 +149,8 @@ AUTH = {"authorization": "Bearer gen-predict"}
 
 
 def engine_of(server):
-    model = server.models.loaded(MODEL)
-    return model.generation_engine if model is not None else None
+    # The only model this predictor serves is the language model.
+    return next((m.generation_engine for m in server.models._cache.values() if m.generation_engine), None)
 
 
 def test_openai_client_streams_the_greedy_tokens(base_url, local_lm):

@@ -7,6 +7,7 @@ real data plane, so ten thousand requests take a second or two.
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -403,26 +404,31 @@ def test_the_request_path_without_reads_follows_moves_and_unloads_as_get_does(re
     dp, pool = make_dataplane(model_store, refresh_s=0.2)
     repo = dp.models
 
+    def served_now(version: str = "") -> str | None:
+        target = dp.router.target_now(request(version=version))
+        return None if target is None else target[2].ref.checkpoint_id
+
     async def go():
-        # Nothing read yet: the request path says "ask get" rather than guess.
-        assert repo.loaded("m", "production") is None and dp.router.route_now(request()) is None
+        # Nothing read yet: the request path says "await target" rather than guess.
+        assert repo.resolution_now("m") is None and served_now("production") is None
         assert (await dp.infer(request(version="production"), answer))[0] == "v1"
-        served = repo.loaded("m", "production")
-        assert served is not None and served is await repo.get("m", "production")
-        assert served.ref.checkpoint_id == "v1"
-        assert await dp.router.route(request()) == (request(), "")  # reads the run's registry: no policy
-        assert dp.router.route_now(request()) == (request(), "")  # the same from that read, within the interval
+        resolution = repo.resolution_now("m")
+        assert resolution is not None and resolution.checkpoints["production"] == "v1"
+        assert served_now("production") == "v1" and served_now("v1") == "v1"
+        assert dp.router.target_now(request(version="production"))[2] is await repo.get("m", "production")
+        assert served_now() is None  # the default version (the latest, "broken") is not loaded
+        assert (await dp.router.target(request()))[:2] == (request(), "")  # no policy: served as asked
         registry.set_alias("m", "production", "v2")
         moved = time.monotonic()
         while (await dp.infer(request(version="production"), answer))[0] != "v2":
             await asyncio.sleep(0.01)
         assert time.monotonic() - moved < 0.2 + 0.2  # the refresh interval, and slack for a loaded machine
         await asyncio.sleep(0.25)
-        assert repo.loaded("m", "production") is None  # its reads are stale: get reads again
+        assert repo.resolution_now("m") is None and served_now("production") is None  # stale: target reads
         assert (await dp.infer(request(version="production"), answer))[0] == "v2"
-        assert repo.loaded("m", "production") is not None
+        assert served_now("production") == "v2"
         await repo.unload("m", "v2")
-        assert repo.loaded("m", "production") is None  # unloaded: get loads it again
+        assert served_now("production") is None  # unloaded: target loads it again
         assert (await dp.infer(request(version="production"), answer))[0] == "v2"
         assert repo.loads[("run-m", "v2")] == 2
 
@@ -430,3 +436,84 @@ def test_the_request_path_without_reads_follows_moves_and_unloads_as_get_does(re
         asyncio.run(go())
     finally:
         pool.shutdown()
+
+
+def test_one_model_infer_enters_the_router_and_the_repository_once_each(tmp_path, local_booster, valid_x):
+    """The request path resolves (model, version, policy) once per refresh: no calls back and forth."""
+    import sys
+
+    import grpc
+    import httpx
+
+    from trainwire.xgboost.checkpoint import XGBoostCheckpoint
+    from trainwire_core.inference import grpc_service_pb2 as pb
+    from trainwire_core.inference import grpc_service_pb2_grpc as pb_grpc
+    from trainwire_predictor import model_repository
+    from trainwire_predictor.server import PredictorServer
+    from trainwire_predictor.settings import PredictorSettings
+
+    store = Store(str(tmp_path / "walk"))
+    path = XGBoostCheckpoint.from_model(local_booster).path
+    manager = commit_checkpoint(store, "run-walk", "walk", "c1", path, 1)
+    commit_checkpoint(store, "run-walk", "walk", "c2", path, 2, manager=manager)
+    registry = ModelRegistry(store)
+    registry.set_alias("walk", "production", "c2")
+    registry.set_route("walk", [("c1", 50), ("production", 50)])
+    row = valid_x.to_numpy(np.float64)[:1]
+    watched = {routing.__file__: "routing", model_repository.__file__: "model_repository"}
+
+    def message(version: str) -> pb.ModelInferRequest:
+        request = pb.ModelInferRequest(model_name="walk", model_version=version)
+        request.inputs.add(name="input", datatype="FP64", shape=row.shape)
+        request.raw_input_contents.append(row.tobytes())
+        return request
+
+    body = {"inputs": [{"name": "input", "datatype": "FP64", "shape": list(row.shape), "data": row.tolist()}]}
+
+    async def walk(call) -> tuple[dict[str, int], str]:
+        entries = dict.fromkeys(watched.values(), 0)
+
+        def profile(frame, event, arg):
+            # An entry: a call into a watched module from code outside it.
+            if event == "call" and frame.f_code.co_filename in watched:
+                caller = frame.f_back.f_code.co_filename if frame.f_back is not None else ""
+                if caller != frame.f_code.co_filename:
+                    entries[watched[frame.f_code.co_filename]] += 1
+
+        sys.setprofile(profile)
+        try:
+            served = await call()
+        finally:
+            sys.setprofile(None)
+        return entries, served
+
+    async def go() -> None:
+        server = PredictorServer(
+            PredictorSettings(port=0, http_port=0, store=store.uri, index_refresh_s=30, compile_tree_models=False)
+        )
+        await server.start()
+        try:
+            async with grpc.aio.insecure_channel(server.address) as channel, httpx.AsyncClient() as http:
+                stub = pb_grpc.GRPCInferenceServiceStub(channel)
+
+                async def grpc_infer(version: str = "") -> str:
+                    return (await stub.ModelInfer(message(version))).model_version
+
+                async def rest_infer(version: str = "") -> str:
+                    url = f"http://{server.http_address}/v2/models/walk{'/versions/' + version if version else ''}"
+                    answer = await http.post(f"{url}/infer", json=body)
+                    assert answer.status_code == 200, answer.text
+                    return answer.json()["model_version"]
+
+                # The first requests read the store and load both versions.
+                assert {await grpc_infer() for _ in range(40)} == {"c1", "c2"}
+                for call in (grpc_infer, rest_infer):
+                    for version, served in (("", {"c1", "c2"}), ("production", {"c2"}), ("c1", {"c1"})):
+                        entries, answer = await walk(functools.partial(call, version))
+                        assert answer in served, (call.__name__, version, answer)
+                        expected = {"routing": 1, "model_repository": 1}
+                        assert entries == expected, (call.__name__, version, entries)
+        finally:
+            await server.stop(0.5)
+
+    asyncio.run(go())

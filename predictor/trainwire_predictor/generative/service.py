@@ -17,7 +17,7 @@ from trainwire_core.errors import FailedPreconditionError, InvalidArgumentError
 from trainwire_predictor.generative.engine import GenerationEngine, TokenEvent
 from trainwire_predictor.generative.requests import GenerateLimits, GenerateRequest, render_chat
 from trainwire_predictor.inference import InferenceRequest
-from trainwire_predictor.model_repository import LoadedModel, ModelRepository
+from trainwire_predictor.models import LoadedModel
 from trainwire_predictor.routing import Router
 from trainwire_predictor.statistics import Recorder, Timing, now_ns
 
@@ -78,14 +78,12 @@ class TextGenerator:
     """Token generation for every front end.
 
     Args:
-        models: Resolution and the loaded-model cache (shared with inference).
-        router: Follows each model's traffic policy, as for inference.
+        router: Resolves and loads each request's model and follows its traffic policy, as for inference.
         recorder: Told of each generation as one request of its model.
         limits: What the operator allows one generation.
     """
 
-    def __init__(self, models: ModelRepository, router: Router, recorder: Recorder, limits: GenerateLimits) -> None:
-        self.models = models
+    def __init__(self, router: Router, recorder: Recorder, limits: GenerateLimits) -> None:
         self.router = router
         self.recorder = recorder
         self.limits = limits
@@ -127,12 +125,7 @@ class TextGenerator:
         """
         started = now_ns()
         routed = InferenceRequest(request.model_name, request.model_version, routing_key=request.routing_key)
-        if not routed.model_version:
-            hit = self.router.route_now(routed)
-            routed, _ = hit if hit is not None else await self.router.route(routed)
-        model = self.models.loaded(routed.model_name, routed.model_version)
-        if model is None:
-            model = await self.models.get(routed.model_name, routed.model_version)
+        _, _, model = self.router.target_now(routed) or await self.router.target(routed)
         engine = self.engine(model, request.model_name)
         text = render_chat(engine.tokenizer, request.messages) if request.messages else request.prompt
         ids = engine.tokenizer(text, add_special_tokens=False)["input_ids"]
