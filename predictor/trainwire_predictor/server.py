@@ -32,7 +32,8 @@ from trainwire_predictor.dataplane import DataPlane
 from trainwire_predictor.generative.requests import GenerateLimits
 from trainwire_predictor.metrics import PredictorMetrics
 from trainwire_predictor.model_repository import ModelRepository
-from trainwire_predictor.rest import RestFrontEnd, RestServer
+from trainwire_predictor.rest.endpoints import RestFrontEnd
+from trainwire_predictor.rest.server import RestServer
 from trainwire_predictor.routing import Router
 from trainwire_predictor.servicer import InferenceServicer
 from trainwire_predictor.settings import PredictorSettings

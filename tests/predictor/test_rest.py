@@ -23,7 +23,8 @@ from trainwire_core.inference import grpc_service_pb2 as pb
 from trainwire_core.inference import grpc_service_pb2_grpc as pb_grpc
 from trainwire_core.inference.codec import DTYPES, from_raw, to_raw
 from trainwire_core.storage import Store
-from trainwire_predictor.rest import http_status, infer_path_params
+from trainwire_predictor.rest.endpoints import infer_path_params
+from trainwire_predictor.rest.errors import http_status
 
 pytestmark = pytest.mark.timeout(180)
 

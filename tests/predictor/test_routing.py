@@ -310,7 +310,7 @@ def test_the_routing_key_comes_from_parameters_or_the_header_on_both_protocols()
     from trainwire_core.errors import InvalidArgumentError
     from trainwire_core.inference import grpc_service_pb2 as pb
     from trainwire_predictor.grpc_codec import request_from_proto
-    from trainwire_predictor.rest_codec import parse_infer_request
+    from trainwire_predictor.rest.codec import parse_infer_request
 
     message = pb.ModelInferRequest(model_name="m")
     message.inputs.add(name="a", datatype="FP64", shape=[1]).contents.fp64_contents.append(1.0)

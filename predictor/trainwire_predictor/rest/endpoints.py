@@ -22,17 +22,11 @@ table and scopes as the gRPC service.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import functools
 import logging
-import socket
-import ssl
-from collections.abc import Awaitable, Callable, Generator
+from collections.abc import Awaitable, Callable
 from typing import Any
 
-import grpc
-import uvicorn
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
@@ -41,58 +35,17 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from trainwire_core.auth import ADMIN, PREDICT, TokenTable
-from trainwire_core.errors import (
-    InvalidArgumentError,
-    PermissionDeniedError,
-    ResourceExhaustedError,
-    TrainwireError,
-    UnauthenticatedError,
-)
+from trainwire_core.errors import InvalidArgumentError, PermissionDeniedError, TrainwireError, UnauthenticatedError
 from trainwire_predictor.dataplane import EXTENSIONS, SERVER_NAME, DataPlane
 from trainwire_predictor.generative.rest import GenerateEndpoints, OpenAIEndpoints, openai_error
 from trainwire_predictor.models import TensorSpec
-from trainwire_predictor.rest_codec import HEADER_LENGTH, dumps, encode_infer_response, parse_infer_request, parse_json
+from trainwire_predictor.rest.codec import HEADER_LENGTH, encode_infer_response, parse_infer_request, parse_json
+from trainwire_predictor.rest.errors import BodyTooLargeError, error_response, http_status, json_response
 
 logger = logging.getLogger(__name__)
 
-# The one mapping of the error family's codes to HTTP statuses (google.rpc's HTTP mapping).
-HTTP_STATUS: dict[grpc.StatusCode, int] = {
-    grpc.StatusCode.INVALID_ARGUMENT: 400,
-    grpc.StatusCode.FAILED_PRECONDITION: 400,
-    grpc.StatusCode.OUT_OF_RANGE: 400,
-    grpc.StatusCode.UNAUTHENTICATED: 401,
-    grpc.StatusCode.PERMISSION_DENIED: 403,
-    grpc.StatusCode.NOT_FOUND: 404,
-    grpc.StatusCode.ALREADY_EXISTS: 409,
-    grpc.StatusCode.ABORTED: 409,
-    grpc.StatusCode.RESOURCE_EXHAUSTED: 429,
-    grpc.StatusCode.CANCELLED: 499,
-    grpc.StatusCode.UNIMPLEMENTED: 501,
-    grpc.StatusCode.UNAVAILABLE: 503,
-    grpc.StatusCode.DEADLINE_EXCEEDED: 504,
-}
-
 _HEADER_LENGTH = HEADER_LENGTH.encode()
 _UNAUTHENTICATED = "missing or wrong 'authorization: Bearer <token>' header"
-
-
-class BodyTooLargeError(ResourceExhaustedError):
-    """A request body over the limit: HTTP's own 413, not 429."""
-
-
-def http_status(err: TrainwireError) -> int:
-    """The HTTP status of a trainwire error (500 for a code with no mapping)."""
-    if isinstance(err, BodyTooLargeError):
-        return 413
-    return HTTP_STATUS.get(err.code, 500)
-
-
-def json_response(doc: Any, status: int = 200) -> Response:
-    return Response(dumps(doc), status, media_type="application/json")
-
-
-def error_response(message: str, status: int) -> Response:
-    return json_response({"error": message}, status)
 
 
 def _tensors(specs: list[TensorSpec]) -> list[dict[str, Any]]:
@@ -404,84 +357,3 @@ class _InferFirst:
             await send({"type": "http.response.body", "body": content})
             return
         await response(scope, receive, send)
-
-
-class _EmbeddedServer(uvicorn.Server):
-    """uvicorn on a loop it does not own: the predictor's process handles the signals."""
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Generator[None, None, None]:
-        yield
-
-
-class RestServer:
-    """Serves a ``RestFrontEnd`` with uvicorn on the running event loop.
-
-    Args:
-        front_end: The endpoints.
-        host: Address to bind.
-        port: Port to bind (0 picks a free one).
-        tls_cert: PEM certificate chain: serve HTTPS.
-        tls_key: Its private key.
-        tls_client_ca: PEM CA that client certificates must chain to (mutual TLS).
-    """
-
-    def __init__(
-        self,
-        front_end: RestFrontEnd,
-        host: str,
-        port: int,
-        tls_cert: str = "",
-        tls_key: str = "",
-        tls_client_ca: str = "",
-    ) -> None:
-        if bool(tls_cert) != bool(tls_key):
-            raise InvalidArgumentError(
-                "TLS needs both tls_cert and tls_key", field="tls_key" if tls_cert else "tls_cert"
-            )
-        if tls_client_ca and not tls_cert:
-            raise InvalidArgumentError("tls_client_ca needs tls_cert and tls_key", field="tls_client_ca")
-        self.config = uvicorn.Config(
-            front_end.app(),
-            host=host,
-            port=port,
-            http="httptools",
-            lifespan="off",
-            access_log=False,
-            log_level="warning",
-            server_header=False,
-            ssl_certfile=tls_cert or None,
-            ssl_keyfile=tls_key or None,
-            ssl_ca_certs=tls_client_ca or None,
-            ssl_cert_reqs=ssl.CERT_REQUIRED if tls_client_ca else ssl.CERT_NONE,
-        )
-        self.server = _EmbeddedServer(self.config)
-        self.port = 0
-        self._socket: socket.socket | None = None
-        self._task: asyncio.Task[None] | None = None
-
-    async def start(self) -> int:
-        """Binds and starts serving; returns the bound port."""
-        self.config.load()  # builds the TLS context, so a bad certificate fails here
-        self._socket = sock = self.config.bind_socket()
-        self.port = sock.getsockname()[1]
-        self._task = asyncio.get_running_loop().create_task(self.server.serve(sockets=[sock]))
-        while not self.server.started:
-            if self._task.done():
-                self._task.result()  # raises what stopped it
-                raise RuntimeError("the REST server stopped while starting")
-            await asyncio.sleep(0.01)
-        return self.port
-
-    async def stop(self, grace_s: float = 5.0) -> None:
-        """Stops accepting, lets requests in flight finish for up to ``grace_s``."""
-        if self._task is None:
-            return
-        self.config.timeout_graceful_shutdown = max(grace_s, 0.1)
-        self.server.should_exit = True
-        try:
-            await asyncio.wait_for(asyncio.shield(self._task), grace_s + 1.0)
-        except Exception:  # noqa: BLE001 - stopping regardless (a timeout too)
-            self.server.force_exit = True
-            self._task.cancel()
-        self._task = None
