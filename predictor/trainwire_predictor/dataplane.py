@@ -9,7 +9,6 @@ messages to and from ``trainwire_predictor.inference`` (as MLServer's
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
@@ -102,7 +101,6 @@ class DataPlane:
         request, shadow, model = self.router.target_now(request) or await self.router.target(request)
         try:
             model.in_flight += 1  # the cache keeps a model while it scores (LoadedModel.serving, inlined)
-            model.used_at = time.monotonic()
             try:
                 response = await self.batcher.infer(request, model, timing)
             finally:

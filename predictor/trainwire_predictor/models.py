@@ -101,7 +101,6 @@ class LoadedModel:
     def serving(self) -> Iterator[LoadedModel]:
         """Marks the model in use for one request (on the event loop: no lock needed)."""
         self.in_flight += 1
-        self.used_at = time.monotonic()
         try:
             yield self
         finally:

@@ -194,7 +194,10 @@ class Router:
         routed, shadow = (request, "") if request.model_version else self.route(request, resolution)
         checkpoint = resolution.checkpoints.get(routed.model_version)
         model = resolution.loaded.get(checkpoint) if checkpoint is not None else None
-        return None if model is None else (routed, shadow, model)
+        if model is None:
+            return None
+        model.used_at = time.monotonic()  # the cache's recency, for inference and generation alike
+        return routed, shadow, model
 
     async def target(self, request: InferenceRequest) -> Target:
         """``target_now`` reading what is due and loading the model.
@@ -202,8 +205,11 @@ class Router:
         Raises:
             TrainwireError: The model or version does not resolve, or the model cannot load.
         """
-        resolution = None if request.model_version else await self.models.resolution(request.model_name)
-        routed, shadow = (request, "") if resolution is None else self.route(request, resolution)
+        # Resolved even for a named version, so the next request finds a Resolution to answer from.
+        resolution = await self.models.resolution(request.model_name)
+        routed, shadow = (
+            (request, "") if request.model_version or resolution is None else self.route(request, resolution)
+        )
         return routed, shadow, await self.models.get(routed.model_name, routed.model_version)
 
     def route(self, request: InferenceRequest, resolution: Resolution) -> tuple[InferenceRequest, str]:

@@ -431,6 +431,14 @@ def test_the_request_path_without_reads_follows_moves_and_unloads_as_get_does(re
         assert served_now("production") is None  # unloaded: target loads it again
         assert (await dp.infer(request(version="production"), answer))[0] == "v2"
         assert repo.loads[("run-m", "v2")] == 2
+        # A caller that only ever names checkpoint ids also reaches the path without reads.
+        ids_only, ids_pool = make_dataplane(model_store, refresh_s=30)
+        try:
+            assert (await ids_only.infer(request(version="v1"), answer))[0] == "v1"
+            target = ids_only.router.target_now(request(version="v1"))
+            assert target is not None and target[2].ref.checkpoint_id == "v1"
+        finally:
+            ids_pool.shutdown()
 
     try:
         asyncio.run(go())
