@@ -23,7 +23,8 @@ from trainwire.result import Result
 from trainwire.session_client import get_client
 from trainwire.session_client import settings as session_settings
 from trainwire.train.v2 import UserCallback, ValidationConfig
-from trainwire_core.errors import InvalidArgumentError, TrainingFailedError, TrainwireError
+from trainwire.train.v2.api.exceptions import failed_run_error
+from trainwire_core.errors import InvalidArgumentError, TrainwireError
 from trainwire_core.structs import struct_to_dict, to_struct
 from trainwire_core.v1 import common_pb2, coordinator_pb2
 
@@ -193,7 +194,8 @@ class BaseTrainer:
         """Runs training to the end and returns its Result.
 
         Raises:
-            TrainingFailedError: The run failed or was cancelled; ``.result`` holds the details.
+            TrainingFailedError: The run failed or was cancelled; ``.result`` holds the details
+                (a WorkerGroupError when a worker raised, else a ControllerError, as Ray's).
         """
         if self.scaling_config.local_mode:
             from trainwire.train.local import run_local
@@ -232,7 +234,7 @@ class BaseTrainer:
         dispatch(callbacks, "on_run_end", run, result)
         if run.state != common_pb2.SUCCEEDED:
             detail = str(result.error) if result.error else run.state_reason
-            raise TrainingFailedError(f"run {run.name!r} ({run.run_id}) ended {result.state}: {detail}", result)
+            raise failed_run_error(f"run {run.name!r} ({run.run_id}) ended {result.state}: {detail}", result)
         return result
 
 

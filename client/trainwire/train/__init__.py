@@ -19,28 +19,59 @@ from typing import Any
 
 from trainwire.checkpoint import Checkpoint
 from trainwire.config import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig, SyncConfig
+from trainwire.data_config import DataConfig
+from trainwire.result import Result
 from trainwire.train.context import TrainContext, get_session
 from trainwire.train.v2 import (
+    BackendConfig,
     CheckpointConsistencyMode,
     CheckpointUploadMode,
+    LoggingConfig,
+    PreemptionInfo,
     ReportedCheckpoint,
+    ReportedCheckpointStatus,
     TrainRunContext,
     UserCallback,
     ValidationConfig,
+    ValidationFn,
     ValidationTaskConfig,
 )
+from trainwire.train.v2.api.exceptions import (
+    ControllerError,
+    NCCLHangError,
+    PreemptionError,
+    TrainingFailedError,
+    WorkerGroupError,
+)
+
+# The dataset a trainer fits its preprocessor on and the loop trains with, as Ray's.
+TRAIN_DATASET_KEY = "train"
 
 __all__ = [
+    "TRAIN_DATASET_KEY",
+    "BackendConfig",
     "Checkpoint",
     "CheckpointConfig",
     "CheckpointConsistencyMode",
     "CheckpointUploadMode",
+    "ControllerError",
+    "DataConfig",
+    "LoggingConfig",
+    "NCCLHangError",
+    "PreemptionError",
+    "PreemptionInfo",
     "ReportedCheckpoint",
+    "ReportedCheckpointStatus",
+    "Result",
     "TrainRunContext",
+    "TrainingFailedError",
     "UserCallback",
     "ValidationConfig",
+    "ValidationFn",
     "ValidationTaskConfig",
+    "WorkerGroupError",
     "get_all_reported_checkpoints",
+    "get_preemption_info",
     "FailureConfig",
     "RunConfig",
     "ScalingConfig",
@@ -126,6 +157,19 @@ def get_dataset_shard(dataset_name: str | None = "train") -> Any:
     return get_session().get_dataset_shard(dataset_name or "train")
 
 
+def get_preemption_info() -> PreemptionInfo | None:
+    """The imminent preemption of one of the run's nodes, or None, agreed by every worker.
+
+    As Ray's, every worker must call it the same number of times: it is a barrier
+    (``collective.broadcast_from_rank_zero``). trainwire's workers get no preemption notice
+    from the cluster, so the agreed answer is None; a preempted node ends in a restart from
+    the latest checkpoint, as any worker failure does.
+    """
+    from trainwire.train.collective import broadcast
+
+    return broadcast(None, "trainwire.train.get_preemption_info")
+
+
 def get_world_size() -> int:
     """How many workers the run has."""
     return get_context().get_world_size()
@@ -172,6 +216,7 @@ _SUBMODULES = frozenset(
     {
         "base_trainer",
         "batch_predictor",
+        "collective",
         "data_parallel_trainer",
         "horovod",
         "huggingface",
@@ -181,6 +226,7 @@ _SUBMODULES = frozenset(
         "sklearn",
         "tensorflow",
         "torch",
+        "v2",
         "xgboost",
     }
 )

@@ -1,17 +1,22 @@
-"""Ray Train V2's report options, validation and user callbacks (``ray.train`` since Ray 2.51).
+"""Ray Train V2's API objects (``ray.train`` since Ray 2.51), and Ray's ``ray.train.v2`` paths.
 
 ``from trainwire import train`` gives each of these under Ray's name: ``train.CheckpointUploadMode``,
 ``train.CheckpointConsistencyMode``, ``train.ValidationConfig``, ``train.ValidationTaskConfig``,
-``train.ReportedCheckpoint`` and ``train.UserCallback``.
+``train.ReportedCheckpoint``, ``train.ReportedCheckpointStatus``, ``train.UserCallback``,
+``train.LoggingConfig``, ``train.BackendConfig``, ``train.PreemptionInfo`` and the errors of
+``trainwire.train.v2.api.exceptions``. ``trainwire.train.v2.jax`` and
+``trainwire.train.v2.api.data_parallel_trainer`` are the module paths Ray's docs import.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import enum
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from trainwire.callbacks import RunCallback
 from trainwire.checkpoint import Checkpoint
@@ -120,12 +125,102 @@ class ValidationConfig:
         return self.task_config.timeout_s
 
 
+class ReportedCheckpointStatus(enum.Enum):
+    """Where a reported checkpoint stands, as Ray's.
+
+    trainwire validates a checkpoint before committing it, so a committed checkpoint is
+    COMMITTED (no validation asked) or VALIDATED; the other members are never seen here.
+    """
+
+    COMMITTED = "COMMITTED"
+    PENDING_VALIDATION = "PENDING_VALIDATION"
+    VALIDATED = "VALIDATED"
+    VALIDATION_TIMEOUT = "VALIDATION_TIMEOUT"
+    VALIDATION_FAILED = "VALIDATION_FAILED"
+
+
 @dataclass(frozen=True)
 class ReportedCheckpoint:
-    """A committed checkpoint and the metrics it was committed with (validation's included)."""
+    """A committed checkpoint, the metrics it was committed with (validation's included), its status."""
 
     checkpoint: Checkpoint
     metrics: dict[str, Any]
+    status: ReportedCheckpointStatus = ReportedCheckpointStatus.COMMITTED
+
+
+class ValidationFn(Protocol):
+    """What ``ValidationConfig(fn=...)`` takes: ``fn(checkpoint, **kwargs) -> dict`` of metrics."""
+
+    def __call__(self, checkpoint: Checkpoint, **kwargs: Any) -> dict[str, Any]: ...
+
+
+@dataclass(frozen=True)
+class PreemptionInfo:
+    """An imminent preemption, as Ray's ``train.get_preemption_info()`` returns it.
+
+    Args:
+        deadline_ms: The earliest reclaim deadline (UNIX ms), or None.
+        preempted_node_to_ranks: Preempted node id -> the world ranks on it.
+    """
+
+    deadline_ms: int | None
+    preempted_node_to_ranks: dict[str, list[int]]
+
+    @property
+    def preempted_node_ids(self) -> list[str]:
+        return sorted(self.preempted_node_to_ranks)
+
+    @property
+    def preempted_ranks(self) -> list[int]:
+        return sorted({r for ranks in self.preempted_node_to_ranks.values() for r in ranks})
+
+
+@dataclass
+class LoggingConfig:
+    """Ray Train's logging settings: the level of its ``ray.train`` logs, as Ray's.
+
+    Args:
+        log_level: A ``logging`` level name (any case); stored upper-case.
+    """
+
+    log_level: str = "INFO"
+
+    def __post_init__(self) -> None:
+        valid = set(logging.getLevelNamesMapping())
+        if not isinstance(self.log_level, str) or self.log_level.upper() not in valid:
+            raise InvalidArgumentError(
+                f"LoggingConfig.log_level must be one of {', '.join(sorted(valid))}, got {self.log_level!r}",
+                field="logging_config.log_level",
+            )
+        self.log_level = self.log_level.upper()
+
+
+class BackendConfig:
+    """The parent of a framework's backend settings (``TorchConfig``, ...), as ``ray.train.BackendConfig``.
+
+    trainwire's workers run the backends registered in its framework table, so a subclass
+    passed as ``backend_config=`` hands its fields (``to_dict()``, else its dataclass fields)
+    to the trainer's registered backend; a custom ``backend_cls`` cannot run on the cluster.
+    """
+
+    @property
+    def backend_cls(self) -> type:
+        raise NotImplementedError(
+            "trainwire runs the backends of its framework table on the workers; "
+            "a BackendConfig's own backend_cls is not shipped to them"
+        )
+
+    @property
+    def train_func_context(self) -> Callable[[], contextlib.AbstractContextManager[Any]]:
+        return contextlib.nullcontext
+
+    @property
+    def framework(self) -> str | None:
+        return None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The settings as a plain dict (a dataclass's fields, else empty, as Ray's base)."""
+        return dataclasses.asdict(self) if dataclasses.is_dataclass(self) else {}
 
 
 @dataclass(frozen=True)
@@ -255,3 +350,15 @@ def check_report_arguments(
     if delete_local_checkpoint_after_upload is None:
         delete_local_checkpoint_after_upload = mode._default_delete_local_checkpoint_after_upload()
     return mode, delete_local_checkpoint_after_upload
+
+
+# Ray's module paths under ``ray.train.v2``, loaded when first named.
+_SUBMODULES = frozenset({"api", "jax"})
+
+
+def __getattr__(name: str) -> Any:
+    if name in _SUBMODULES:
+        import importlib
+
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
