@@ -240,7 +240,7 @@ class RunManager:
         return RunController(
             run=run,
             request=request,
-            backend=get_backend(request.framework),
+            backend=get_backend(request.framework).for_request(request),
             datasets=datasets,
             deps=ControllerDeps(
                 store=store,

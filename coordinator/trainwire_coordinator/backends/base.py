@@ -61,6 +61,11 @@ class CoordinatorBackend:
                 field=self.spec_field,
             )
 
+    def for_request(self, request: coordinator_pb2.FitRequest) -> CoordinatorBackend:
+        """The backend that runs ``request``: itself, unless the framework's trainer has two forms
+        (XGBoost's and LightGBM's declarative one, and a training function)."""
+        return self
+
     async def on_start(self, group: WorkerGroup, request: coordinator_pb2.FitRequest) -> None:
         """After the actors start: set up the framework's process group."""
 

@@ -1,7 +1,10 @@
 """LightGBM: data-parallel training over LightGBM's own socket network.
 
 Every worker listens on a port of its own; with ``tree_learner=data`` the
-workers build each tree together, each from its shard of the rows.
+workers build each tree together, each from its shard of the rows. The
+declarative LightGBMTrainer's training function is below; a user's
+``train_loop_per_worker`` runs with the same network in
+``trainwire.lightgbm.get_network_params()``, as Ray's ``LightGBMConfig`` sets it.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from trainwire.lightgbm.framework import FRAMEWORK
 from trainwire_core.structs import struct_to_dict
 from trainwire_core.v1 import coordinator_pb2
 from trainwire_worker.backends.base import WorkerBackend, write_model_metadata
+from trainwire_worker.backends.data_parallel import run_train_loop
 from trainwire_worker.backends.gbdt import checkpoint_due, report_round, resume_point
 
 if TYPE_CHECKING:
@@ -32,7 +36,26 @@ def to_dataset(table: Any, label_column: str, dataset_params: dict[str, Any], re
     )
 
 
+# What ``get_network_params()`` returns, as Ray's: the caller adds ``tree_learner`` and ``pre_partition``.
+NETWORK_PARAMS = ("num_machines", "machines", "local_listen_port")
+
+
 def train_lightgbm(worker: TrainWorker, request: coordinator_pb2.FitRequest) -> None:
+    """Runs either form of LightGBMTrainer on this worker."""
+    if request.WhichOneof("trainer") != "data_parallel":
+        train_declarative(worker, request)
+        return
+    from trainwire.lightgbm.config import _set_network_params
+
+    network = worker.state.get("lightgbm_network", {})
+    _set_network_params({key: network[key] for key in NETWORK_PARAMS if key in network})
+    try:
+        run_train_loop(worker, request)
+    finally:
+        _set_network_params(None)
+
+
+def train_declarative(worker: TrainWorker, request: coordinator_pb2.FitRequest) -> None:
     import lightgbm
 
     spec = request.gbdt

@@ -1,7 +1,10 @@
 """XGBoost: distributed training through xgboost's own collective.
 
 Rank 0 runs the tracker; every worker trains inside a CommunicatorContext on
-its shard, so histograms and eval metrics are allreduced across workers.
+its shard, so histograms and eval metrics are allreduced across workers. Both
+forms of XGBoostTrainer run there: the declarative one's training function
+below, and the user's ``train_loop_per_worker`` (as Ray's ``XGBoostConfig``
+wraps it), whose ``xgboost.train`` call then trains with the other workers'.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from trainwire.xgboost.framework import FRAMEWORK
 from trainwire_core.structs import struct_to_dict
 from trainwire_core.v1 import coordinator_pb2
 from trainwire_worker.backends.base import WorkerBackend, write_model_metadata
+from trainwire_worker.backends.data_parallel import run_train_loop
 from trainwire_worker.backends.gbdt import checkpoint_due, report_round, resume_point
 
 if TYPE_CHECKING:
@@ -30,14 +34,31 @@ def to_dmatrix(table: Any, label_column: str, dmatrix_params: dict[str, Any]) ->
     return xgboost.DMatrix(df.drop(columns=[label_column]), label=df[label_column], **dmatrix_params)
 
 
-def train_xgboost(worker: TrainWorker, request: coordinator_pb2.FitRequest) -> None:
-    import xgboost
+def collective(worker: TrainWorker) -> contextlib.AbstractContextManager[Any]:
+    """XGBoost's collective for this worker, as the coordinator's half set it up (none for one worker)."""
     from xgboost.collective import CommunicatorContext
+
+    args = worker.state.get("xgboost_args")
+    if not args:
+        return contextlib.nullcontext()
+    return CommunicatorContext(dmlc_task_id=str(train.get_context().get_world_rank()), **args)
+
+
+def train_xgboost(worker: TrainWorker, request: coordinator_pb2.FitRequest) -> None:
+    """Runs either form of XGBoostTrainer on this worker."""
+    if request.WhichOneof("trainer") == "data_parallel":
+        with collective(worker):
+            run_train_loop(worker, request)
+    else:
+        train_declarative(worker, request)
+
+
+def train_declarative(worker: TrainWorker, request: coordinator_pb2.FitRequest) -> None:
+    import xgboost
 
     spec = request.gbdt
     params = struct_to_dict(spec.params)
     dmatrix_params = struct_to_dict(spec.dmatrix_params)
-    ctx = train.get_context()
     params.setdefault("nthread", int(os.environ.get("OMP_NUM_THREADS", "1")))
     shards = {name: train.get_dataset_shard(name) for name in request.datasets}
     train_table = shards.pop("train")
@@ -71,10 +92,7 @@ def train_xgboost(worker: TrainWorker, request: coordinator_pb2.FitRequest) -> N
             )
             return False
 
-    args = worker.state.get("xgboost_args")
-    # One worker needs no collective.
-    communicator = CommunicatorContext(dmlc_task_id=str(ctx.world_rank), **args) if args else contextlib.nullcontext()
-    with communicator:
+    with collective(worker):
         xgboost.train(
             params,
             dtrain,
