@@ -8,13 +8,21 @@ from dataclasses import dataclass
 
 from trainwire_coordinator.fit_checks import FitChecks, carried_code
 from trainwire_coordinator.tune.schedulers import ASHAScheduler, FIFOScheduler, make_scheduler
-from trainwire_coordinator.tune.searchers import Searcher, make_searcher
+from trainwire_coordinator.tune.searchers import (
+    SEARCHER_FIELD,
+    Searcher,
+    library_error,
+    make_searcher,
+    planned_trials,
+)
 from trainwire_coordinator.tune.space import SearchSpace, nest
 from trainwire_coordinator.tune.trials import trial_request
 from trainwire_core.auth import SUBMIT_CODE, Caller
 from trainwire_core.errors import InvalidArgumentError, PermissionDeniedError, ResourceExhaustedError, TrainwireError
 from trainwire_core.structs import merge_dicts
 from trainwire_core.v1 import tune_pb2
+
+MAX_TRIALS = 2**31 - 1
 
 
 @dataclass
@@ -69,6 +77,14 @@ def make_plan(request: tune_pb2.TuneRequest) -> Plan:
     if not request.trainer.framework:
         raise InvalidArgumentError("the trainer of a search is required", field="trainer.framework")
     space = SearchSpace(request)
+    total = planned_trials(config.num_samples, space)
+    if total is not None and total > MAX_TRIALS:
+        # A search's record counts its trials in an int32.
+        raise InvalidArgumentError(
+            f"num_samples ({config.num_samples}) times the grid's {space.num_grid_points} points is {total} trials; "
+            f"at most {MAX_TRIALS}",
+            field="tune_config.num_samples",
+        )
     return Plan(space, make_searcher(request, space, mode), make_scheduler(scheduler_spec, mode), metric, mode)
 
 
@@ -92,7 +108,10 @@ def check_access(request: tune_pb2.TuneRequest, caller: Caller, allow_pickled_co
 async def check_first_trial(request: tune_pb2.TuneRequest, checks: FitChecks) -> None:
     """Checks the trainer as the first trial would run it: bad input before anything is recorded."""
     plan = await asyncio.to_thread(make_plan, request)  # its own: the check's suggestion is no trial
-    values = plan.searcher.suggest(0) if plan.searcher.total != 0 else {}
+    try:
+        values = plan.searcher.suggest(0) if plan.searcher.total != 0 else {}
+    except Exception as exc:  # the algorithm refused the request's space: the caller's input
+        raise library_error(plan.searcher.display_name, exc, SEARCHER_FIELD, started=False) from exc
     config = merge_dicts(plan.space.constants, nest(values or {}))
     prefix = "param_space" if "scaling_config" in config else "trainer"
     fit = trial_request(request.trainer, config, "check", "")

@@ -13,7 +13,8 @@ from google.protobuf import timestamp_pb2
 from trainwire_coordinator.fit_checks import cluster_view
 from trainwire_coordinator.run_state import TERMINAL
 from trainwire_coordinator.tune.checks import Plan
-from trainwire_coordinator.tune.schedulers import FIFOScheduler, Stop
+from trainwire_coordinator.tune.schedulers import SCHEDULER_FIELD, FIFOScheduler, Stop
+from trainwire_coordinator.tune.searchers import SEARCHER_FIELD, library_error
 from trainwire_coordinator.tune.space import flatten, nest
 from trainwire_coordinator.tune.trials import add, fits, resolve_sample_from, trial_name, trial_needs, trial_request
 from trainwire_core.errors import TrainwireError
@@ -149,7 +150,10 @@ class TuneDriver:
         if self.exhausted:
             return None
         index = len(self.tune.trials)
-        values = self.plan.searcher.suggest(index)
+        try:
+            values = self.plan.searcher.suggest(index)
+        except Exception as exc:  # the search ends FAILED naming its algorithm (main's handler)
+            raise library_error(self.plan.searcher.display_name, exc, SEARCHER_FIELD, started=True) from exc
         if values is None:
             self.exhausted = True
             return None
@@ -290,7 +294,11 @@ class TuneDriver:
                     )
                 )
             return
-        stop = scheduler.on_result(trial.index, progress, value)
+        try:
+            stop = scheduler.on_result(trial.index, progress, value)
+        except Exception as exc:  # a scheduler's bug or refusal: the search fails naming it
+            self._library_failed(library_error(scheduler.display_name, exc, SCHEDULER_FIELD, started=True), act)
+            return
         if stop is not None:
             self.stops[trial.index] = stop
             if act and trial.run_id:
@@ -314,7 +322,17 @@ class TuneDriver:
     def tell_searcher(self, trial: tune_pb2.Trial) -> None:
         """Tells the search algorithm how an ended trial did (a failed one: no value)."""
         value = self.last_value(trial) if trial.state != common_pb2.FAILED else None
-        self.plan.searcher.on_complete(trial.index, flatten(struct_to_dict(trial.config)), value)
+        try:
+            self.plan.searcher.on_complete(trial.index, flatten(struct_to_dict(trial.config)), value)
+        except Exception as exc:  # called from the run's event stream: it must not raise into it
+            error = library_error(self.plan.searcher.display_name, exc, SEARCHER_FIELD, started=True)
+            self._library_failed(error, act=True)
+
+    def _library_failed(self, error: TrainwireError, act: bool) -> None:
+        """Fails the search for what a searcher or scheduler raised (not while replaying: logged only)."""
+        logger.warning("search %s: %s", self.tune.tune_id, error.message)
+        if act:
+            self._spawn(self.fail(error.message, error.field))
 
     def _update_best(self) -> None:
         """The best trial by its last result, as ResultGrid.get_best_result's default scope."""

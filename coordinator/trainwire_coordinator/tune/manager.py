@@ -71,7 +71,8 @@ class TuneManager:
         request = tune_pb2.TuneRequest.FromString(request.SerializeToString())
         if not request.tune_config.search_alg.HasField("seed"):
             # Chosen once and kept: a coordinator that takes the search over draws the same trials.
-            request.tune_config.search_alg.seed = random.getrandbits(62)
+            # 32 bits: the range every searcher takes (Optuna's samplers refuse larger seeds).
+            request.tune_config.search_alg.seed = random.getrandbits(32)
         plan = await asyncio.to_thread(make_plan, request)
         await check_first_trial(request, self.runs.checks)
         name = request.name or f"{request.trainer.framework}-tune-{tune_id[:8]}"

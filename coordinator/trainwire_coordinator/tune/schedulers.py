@@ -10,6 +10,10 @@ import numpy as np
 from trainwire_core.errors import InvalidArgumentError
 from trainwire_core.v1 import tune_pb2
 
+SCHEDULER_FIELD = "tune_config.scheduler"
+# The most rungs a bracket may have (Ray's defaults give 4; 2**-60 of max_t at a factor of 2 is 60).
+MAX_RUNGS = 64
+
 
 @dataclass(frozen=True)
 class Stop:
@@ -26,6 +30,8 @@ class Stop:
 
 class FIFOScheduler:
     """Lets every trial run to its end (Ray's FIFOScheduler)."""
+
+    display_name = "FIFOScheduler"
 
     def on_result(self, trial: int, progress: float, value: float | None) -> Stop | None:
         return None
@@ -66,6 +72,8 @@ class ASHAScheduler:
     in the top ``1 / reduction_factor`` of the trials that reached that rung before it.
     """
 
+    display_name = "ASHAScheduler"
+
     def __init__(self, spec: tune_pb2.TrialScheduler, mode: str) -> None:
         self.time_attr = spec.time_attr or "training_iteration"
         self.max_t = spec.max_t or 100.0
@@ -79,6 +87,14 @@ class ASHAScheduler:
             raise InvalidArgumentError("ASHA needs reduction_factor > 1", field=f"{field}.reduction_factor")
         if not 0 < brackets <= 16:
             raise InvalidArgumentError("ASHA takes 1 to 16 brackets", field=f"{field}.brackets")
+        rungs = math.log(self.max_t / grace) / math.log(rf)
+        if rungs > MAX_RUNGS:
+            # Each rung is a list the scheduler keeps: a reduction factor of 1.0000001 would ask for billions.
+            raise InvalidArgumentError(
+                f"ASHA with grace_period {grace:g}, max_t {self.max_t:g} and reduction_factor {rf:g} has "
+                f"{rungs:.0f} rungs; at most {MAX_RUNGS}: raise reduction_factor or grace_period",
+                field=f"{field}.reduction_factor",
+            )
         self.sign = 1.0 if mode == "max" else -1.0
         self.brackets = [_Bracket(grace, self.max_t, rf, s) for s in range(brackets)]
         self.rng = np.random.default_rng(0)

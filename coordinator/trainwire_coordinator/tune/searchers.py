@@ -9,11 +9,30 @@ from typing import Any
 import numpy as np
 
 from trainwire_coordinator.tune.space import Param, SearchSpace, flatten
-from trainwire_core.errors import InvalidArgumentError
+from trainwire_core.errors import FailedPreconditionError, InvalidArgumentError, TrainwireError
 from trainwire_core.structs import struct_to_dict
 from trainwire_core.v1 import tune_pb2
 
 Values = dict[tuple[str, ...], Any]
+
+# Optuna's samplers take a seed in [0, 2**32): the coordinator draws one in that range.
+MAX_SEED = 2**32 - 1
+SEARCHER_FIELD = "tune_config.search_alg"
+
+
+def library_error(owner: str, exc: Exception, field: str, *, started: bool) -> TrainwireError:
+    """An exception raised inside a search algorithm or scheduler, as the error the caller sees.
+
+    A library's ValueError is a bug of neither the caller nor the coordinator: it is the request
+    (INVALID_ARGUMENT, before the search starts) or the search's state (FAILED_PRECONDITION, once
+    trials ran) that the library refused. Either way the owner and the field are named.
+    """
+    if isinstance(exc, TrainwireError):
+        return exc
+    message = f"{owner} raised {type(exc).__name__}: {exc}"
+    if started:
+        return FailedPreconditionError(message, field=field)
+    return InvalidArgumentError(message, field=field)
 
 
 class Searcher(abc.ABC):
@@ -26,6 +45,8 @@ class Searcher(abc.ABC):
 
     total: int | None
     max_concurrent: int = 0
+    # Ray's class name, for messages that name the algorithm.
+    display_name = "Searcher"
 
     @abc.abstractmethod
     def suggest(self, index: int) -> Values | None:
@@ -89,6 +110,8 @@ class OptunaSearcher(Searcher):
     A coordinator that takes a search over rebuilds the study from the trials that ended.
     """
 
+    display_name = "OptunaSearch"
+
     def __init__(self, space: SearchSpace, num_samples: int, alg: tune_pb2.SearchAlgorithm, mode: str) -> None:
         import optuna
 
@@ -106,6 +129,12 @@ class OptunaSearcher(Searcher):
         self.max_concurrent = alg.max_concurrent
         self.distributions = {p.name: _distribution(optuna, p) for p in space.params}
         seed = int(alg.seed) if alg.HasField("seed") else None
+        if seed is not None and not 0 <= seed <= MAX_SEED:
+            # Refused, not reduced: a seed that silently meant another one would not repeat Optuna's search.
+            raise InvalidArgumentError(
+                f"OptunaSearch's seed must be between 0 and 2**32 - 1 (Optuna's range), got {seed}",
+                field=f"{SEARCHER_FIELD}.seed",
+            )
         self.study = optuna.create_study(
             direction="maximize" if mode == "max" else "minimize",
             sampler=optuna.samplers.TPESampler(seed=seed),
@@ -183,7 +212,10 @@ def make_searcher(request: tune_pb2.TuneRequest, space: SearchSpace, mode: str) 
     if name == "variant_generator":
         return VariantGenerator(space, request.tune_config.num_samples, alg)
     if name == "optuna":
-        return OptunaSearcher(space, request.tune_config.num_samples, alg, mode)
+        try:
+            return OptunaSearcher(space, request.tune_config.num_samples, alg, mode)
+        except Exception as exc:  # Optuna refusing the space or its arguments: the caller's input
+            raise library_error("OptunaSearch", exc, SEARCHER_FIELD, started=False) from exc
     raise InvalidArgumentError(
         f"unknown search algorithm {name!r}; known: variant_generator, optuna", field="tune_config.search_alg.name"
     )

@@ -21,7 +21,8 @@ class OptunaSearch(Searcher):
         mode: "min" or "max" (default: TuneConfig's).
         points_to_evaluate: Configurations to try first, keyed like param_space.
         sampler: Not supported: the search runs in the coordinator with TPE; give ``seed``.
-        seed: Makes the search repeatable.
+        seed: Makes the search repeatable; 0 to 2**32 - 1, as Optuna takes (None: the coordinator
+            draws one and records it, so a coordinator that takes the search over repeats it).
         evaluated_rewards: Not supported (results of ``points_to_evaluate`` already known).
         study_name, storage: Not supported (the coordinator keeps the study).
     """
@@ -71,6 +72,12 @@ class OptunaSearch(Searcher):
                     field=f"search_alg.space.{key}",
                 )
         check_seed(seed, "search_alg.seed")
+        if seed is not None and not 0 <= seed <= 2**32 - 1:
+            # Optuna's samplers take 32-bit seeds (as in Ray, where TPESampler raises ValueError).
+            raise InvalidArgumentError(
+                f"search_alg.seed must be between 0 and 2**32 - 1 (Optuna's range), got {seed}",
+                field="search_alg.seed",
+            )
         self.space = space
         self.points_to_evaluate = points_to_evaluate
         self.seed = seed
