@@ -135,6 +135,7 @@ class TrainWorker:
             error = err.SerializeToString()
         finally:
             set_session(None)
+            session.close()
             artifacts.close()
             reports.close()
         return error

@@ -38,6 +38,7 @@ from trainwire_core.v1 import common_pb2, worker_reports_pb2
 from trainwire_worker.artifacts import ArtifactSyncer
 from trainwire_worker.datasets import read_shard
 from trainwire_worker.report_client import ReportStreamClient
+from trainwire_worker.session_sync import Collectives
 
 logger = logging.getLogger(__name__)
 
@@ -106,6 +107,7 @@ class WorkerSession(TrainSession):
         self._inflight: list[Future] = []
         self._lock = threading.Lock()
         self._last_checkpoint_index = 0
+        self._collectives = Collectives(context.run_id, context.attempt, context.world_rank, context.world_size)
 
     # --- report -----------------------------------------------------------------------
     def report(
@@ -328,6 +330,15 @@ class WorkerSession(TrainSession):
         if not isinstance(metrics, dict):
             raise TypeError(f"the validation function must return a dict, got {type(metrics).__name__}")
         return metrics
+
+    # --- collectives (trainwire.train.collective) -------------------------------------------
+    def broadcast_from_rank_zero(self, data: Any, caller: str) -> Any:
+        """Rank 0's ``data`` once every worker of this attempt has made the same call."""
+        return self._collectives.broadcast_from_rank_zero(data, caller)
+
+    def close(self) -> None:
+        """The loop has ended on this worker (either way)."""
+        self._collectives.close()
 
     # --- reading back -------------------------------------------------------------------
     def get_all_reported_checkpoints(

@@ -66,3 +66,55 @@ class _DeviceLoader:
                 yield type(batch)(b.to(self.device) for b in batch)
             else:
                 yield batch.to(self.device)
+
+
+def get_devices() -> list[Any]:
+    """This worker's devices: its GPU when one is assigned, else ``[cpu]`` (Ray's ``get_devices``)."""
+    return [get_device()]
+
+
+# Ray 2.60 deprecated its own mixed-precision helpers: they raise, pointing to torch's AMP.
+_AMP_DEPRECATION = (
+    "The `accelerate`, `backward`, and `prepare_optimizer` utility methods in the `ray.train.torch` "
+    "module are deprecated (as in Ray 2.60, whose API trainwire follows). Please use the native "
+    "PyTorch mixed precision API directly (torch.autocast, torch.amp.GradScaler), or a library "
+    "such as Lightning or HuggingFace Transformers/Accelerate."
+)
+
+
+def accelerate(amp: bool = False) -> None:
+    """Deprecated in Ray: raises ``DeprecationWarning``, as Ray 2.60's does."""
+    raise DeprecationWarning(_AMP_DEPRECATION)
+
+
+def prepare_optimizer(optimizer: Any) -> Any:
+    """Deprecated in Ray: raises ``DeprecationWarning``, as Ray 2.60's does."""
+    raise DeprecationWarning(_AMP_DEPRECATION)
+
+
+def backward(tensor: Any) -> None:
+    """Deprecated in Ray: raises ``DeprecationWarning``, as Ray 2.60's does."""
+    raise DeprecationWarning(_AMP_DEPRECATION)
+
+
+def enable_reproducibility(seed: int = 0) -> None:
+    """Limits nondeterminism, as Ray's: seeds torch, ``random`` and NumPy; deterministic algorithms.
+
+    Also turns off cuDNN benchmarking and sets ``CUBLAS_WORKSPACE_CONFIG`` (deterministic
+    CUDA matmuls need it). Results can still differ across machines and library versions.
+
+    Args:
+        seed: The seed for every library.
+    """
+    import os
+    import random
+
+    import numpy as np
+    import torch
+
+    torch.manual_seed(seed)
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.use_deterministic_algorithms(True)
+    torch.backends.cudnn.benchmark = False
+    os.environ["CUBLAS_WORKSPACE_CONFIG"] = ":4096:8"
