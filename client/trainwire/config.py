@@ -68,6 +68,23 @@ def _check_storage_path(value: str) -> None:
         raise InvalidArgumentError(f"run_config.storage_path must not contain '..', got {value!r}", field=field)
 
 
+def is_search_domain(value: Any) -> bool:
+    """A tune sampler or grid (ours, or Ray's ``{"grid_search": [...]}``), which a Tuner resolves per trial."""
+    from trainwire.tune.search.sample import Domain, is_grid_marker  # trainwire.tune imports this module
+
+    return isinstance(value, Domain) or is_grid_marker(value)
+
+
+def _searched_fields(config: object, names: tuple[str, ...]) -> list[str]:
+    """The fields of a config object that hold search domains (a dict field's values too)."""
+    out = []
+    for name in names:
+        value = getattr(config, name)
+        if is_search_domain(value) or (isinstance(value, dict) and any(is_search_domain(v) for v in value.values())):
+            out.append(name)
+    return out
+
+
 @dataclass
 class ScalingConfig:
     """How many workers a run gets and what each one reserves.
@@ -83,6 +100,10 @@ class ScalingConfig:
         resources_per_worker: Resources each worker reserves; default {"CPU": 1}.
         trainer_resources: Extra resources reserved for the run's trainer bundle.
         placement_strategy: PACK, SPREAD, STRICT_PACK or STRICT_SPREAD.
+
+    As in Ray, any field may hold a search domain (``tune.grid_search([1, 2])``,
+    ``tune.choice(...)``) when the config is a Tuner's ``param_space["scaling_config"]``: the
+    search resolves it per trial, and it is checked then. A trainer refuses one at ``fit()``.
     """
 
     num_workers: int | tuple[int, int] = 1
@@ -109,6 +130,12 @@ class ScalingConfig:
         raise InvalidArgumentError("scaling_config must be a ScalingConfig", field="scaling_config")
 
     def __post_init__(self) -> None:
+        searched = _searched_fields(
+            self, ("num_workers", "use_gpu", "resources_per_worker", "trainer_resources", "placement_strategy")
+        )
+        self._searched = searched
+        if searched:
+            return  # checked per trial, once the search has drawn its values
         if isinstance(self.num_workers, list | tuple):
             bounds = tuple(self.num_workers)
             if len(bounds) != 2 or not all(type(n) is int for n in bounds) or not 1 <= bounds[0] <= bounds[1]:
@@ -169,7 +196,19 @@ class ScalingConfig:
     def max_workers(self) -> int:
         return self.num_workers[1] if isinstance(self.num_workers, tuple) else self.num_workers
 
+    @property
+    def searched_fields(self) -> list[str]:
+        """The fields that hold search domains (resolved per trial by a Tuner)."""
+        return list(getattr(self, "_searched", []))
+
     def to_proto(self) -> common_pb2.ScalingConfig:
+        if self.searched_fields:
+            name = self.searched_fields[0]
+            raise InvalidArgumentError(
+                f"scaling_config.{name} is a search domain: only a Tuner resolves it, per trial; put this "
+                "ScalingConfig in Tuner(param_space={'scaling_config': ...}), or give a value",
+                field=f"scaling_config.{name}",
+            )
         if self.local_mode:
             raise InvalidArgumentError(
                 "scaling_config.num_workers=0 is local mode: fit() runs it in this process, not on a coordinator",

@@ -81,6 +81,31 @@ def test_scaling_config_object_and_dict_with_samplers():
     assert [p for p, _ in params] == [("scaling_config", "num_workers")]
 
 
+def test_search_domains_in_a_scaling_config_object_are_kept_for_the_search():
+    """As Ray: ``ScalingConfig(num_workers=tune.grid_search([1, 2]))`` is built, and a Tuner resolves it per trial."""
+    searched = ScalingConfig(num_workers=tune.grid_search([1, 2]), resources_per_worker={"CPU": tune.choice([1, 2])})
+    assert searched.searched_fields == ["num_workers", "resources_per_worker"]
+    constants, params = parse_param_space({"scaling_config": searched})
+    assert constants == {"scaling_config": {"use_gpu": False, "placement_strategy": "PACK", "min_workers": 0}}
+    assert [p for p, _ in params] == [
+        ("scaling_config", "num_workers"),
+        ("scaling_config", "resources_per_worker", "CPU"),
+    ]
+    # Ray's dict form of a grid, and a plain value beside a searched one.
+    constants, params = parse_param_space(
+        {"scaling_config": ScalingConfig(num_workers=3, use_gpu={"grid_search": [False, True]})}
+    )
+    assert constants["scaling_config"]["num_workers"] == 3
+    assert [p for p, _ in params] == [("scaling_config", "use_gpu")]
+    # Outside a Tuner nothing resolves it: the trainer's request names the field.
+    with pytest.raises(InvalidArgumentError) as err:
+        searched.to_proto()
+    assert err.value.field == "scaling_config.num_workers"
+    # Values that are not domains are still checked when the config is built.
+    with pytest.raises(InvalidArgumentError):
+        ScalingConfig(num_workers=-1)
+
+
 def test_gbdt_params_and_num_boost_round():
     constants, params = parse_param_space(
         {"params": {"eta": tune.uniform(0.01, 0.3), "max_depth": tune.randint(2, 8)}, "num_boost_round": 20}, gbdt()

@@ -43,6 +43,8 @@ START_RETRY_S = 60.0
 def scaling_config_dict(config: Any) -> dict[str, Any]:
     """A ScalingConfig (ours or Ray's) as the dict of fields a trial's scaling config is merged with."""
     sc = ScalingConfig.coerce(config)
+    if sc.searched_fields:
+        return _searched_scaling_dict(sc)
     out: dict[str, Any] = {
         "num_workers": sc.max_workers,
         "use_gpu": sc.use_gpu,
@@ -54,6 +56,23 @@ def scaling_config_dict(config: Any) -> dict[str, Any]:
         out["resources_per_worker"] = dict(sc.resources_per_worker)
     if sc.trainer_resources is not None:
         out["trainer_resources"] = dict(sc.trainer_resources)
+    return out
+
+
+def _searched_scaling_dict(sc: ScalingConfig) -> dict[str, Any]:
+    """A ScalingConfig holding search domains, field by field: the search resolves and checks them per trial."""
+    out: dict[str, Any] = {
+        "num_workers": sc.num_workers,
+        "use_gpu": sc.use_gpu,
+        "placement_strategy": sc.placement_strategy,
+    }
+    if "num_workers" in sc.searched_fields or not isinstance(sc.num_workers, tuple):
+        out["min_workers"] = 0  # a fixed group per trial, as a fixed num_workers
+    else:
+        out["num_workers"], out["min_workers"] = sc.num_workers[1], sc.num_workers[0]
+    for name in ("resources_per_worker", "trainer_resources"):
+        if getattr(sc, name) is not None:
+            out[name] = dict(getattr(sc, name))
     return out
 
 
