@@ -162,3 +162,63 @@ def test_a_killed_program_takes_its_embedded_cluster_and_runs_with_it(tmp_path):
     assert lines["NEXT"] == "True"
     assert lines["RAY"] == "True"  # it joined the embedded coordinator's Ray: one Ray on these cores
     print(f"the next program's fit took {time.monotonic() - started:.1f} s")
+
+
+# The program's own Ray after init(): with ray.init's keywords (its driver connects at once), and
+# with none after an early `import ray` (it joins on first use, with the config Ray read on import).
+RAY_PROGRAMS = {
+    "keywords": (
+        "import trainwire\ntrainwire.init(num_cpus=4, configure_logging=False, include_dashboard=False)\nimport ray\n"
+    ),
+    "first_use": "import ray, trainwire\ntrainwire.init(num_cpus=4)\n",
+}
+RAY_WORK = textwrap.dedent(
+    """
+    import time
+
+    print("COUNT", ray.data.range(10).count(), flush=True)
+
+    @ray.remote
+    def plus_one(x):
+        return x + 1
+
+    print("TASK", ray.get(plus_one.remote(41)), flush=True)
+    print("CPUS", ray.cluster_resources()["CPU"], flush=True)  # num_cpus reached the embedded Ray
+    print("ONE", ray.get_runtime_context().gcs_address == __import__("os").environ["RAY_ADDRESS"], flush=True)
+    try:
+        ray.init()
+    except RuntimeError as exc:
+        print("REINIT", "ignore_reinit_error" in str(exc), flush=True)
+    print("SAME", bool(ray.init(ignore_reinit_error=True)), flush=True)
+    started = time.monotonic()
+    trainwire.shutdown()
+    ray.shutdown()  # after trainwire's: nothing left to stop
+    print("DOWN", ray.is_initialized(), round(time.monotonic() - started), flush=True)
+    """
+)
+
+
+@pytest.mark.timeout(200)
+@pytest.mark.parametrize("program", sorted(RAY_PROGRAMS))
+def test_a_programs_own_ray_works_after_init_with_token_auth_on(tmp_path, program):
+    # A user's program as it runs outside the tests: none of the test session's Ray settings.
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TRAINWIRE_", "RAY_"))}
+    env["HOME"] = str(tmp_path)  # the embedded coordinator's state, and Ray's auth token, its own
+    done = subprocess.run(
+        [sys.executable, "-c", RAY_PROGRAMS[program] + RAY_WORK],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=180,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = dict(line.split(" ", 1) for line in done.stdout.splitlines() if " " in line)
+    assert lines["COUNT"] == "10"
+    assert lines["TASK"] == "42"
+    assert lines["CPUS"] == "4.0"
+    assert lines["ONE"] == "True"  # the embedded coordinator's Ray: one Ray on these cores
+    assert lines["REINIT"] == "True" and lines["SAME"] == "True"
+    down, seconds = lines["DOWN"].split()
+    assert down == "False" and int(seconds) < 20, lines["DOWN"]
+    assert (tmp_path / ".ray" / "auth_token").exists()  # Ray's token authentication was on
