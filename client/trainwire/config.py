@@ -397,7 +397,8 @@ class RunConfig:
         name: The run's name; models are served under it. Default: generated.
         storage_path: Shared-store URI; default: the coordinator's store.
         stop: Stop once a reported metric reaches a threshold, e.g.
-            {"training_iteration": 10}.
+            {"training_iteration": 10}; for a Tuner also, as Ray, a ``tune.Stopper``, a list
+            of them, or a function of ``(trial_id, result)`` (see ``trainwire.tune.stopper``).
         failure_config: Restart policy.
         checkpoint_config: Retention policy.
         sync_config: Artifact syncing (SyncConfig).
@@ -414,7 +415,7 @@ class RunConfig:
 
     name: str | None = None
     storage_path: str | None = None
-    stop: dict[str, float] | None = None
+    stop: Any = None
     failure_config: FailureConfig = field(default_factory=FailureConfig)
     checkpoint_config: CheckpointConfig = field(default_factory=CheckpointConfig)
     sync_config: SyncConfig = field(default_factory=SyncConfig)
@@ -446,7 +447,14 @@ class RunConfig:
             )
         if self.storage_path is not None:
             _check_storage_path(self.storage_path)
-        for key, value in (self.stop or {}).items():
+        if self.stop and not isinstance(self.stop, dict):
+            from trainwire.tune.stopper import as_stopper  # trainwire.tune imports this module
+
+            try:
+                as_stopper(self.stop)
+            except ValueError as exc:
+                raise InvalidArgumentError(str(exc), field="run_config.stop") from None
+        for key, value in (self.stop if isinstance(self.stop, dict) else {}).items():
             if not isinstance(value, int | float) or math.isnan(value):
                 raise InvalidArgumentError(
                     f"run_config.stop[{key!r}] must be a number, got {value!r}", field="run_config.stop"
@@ -479,6 +487,12 @@ class RunConfig:
             self.storage_path = os.path.abspath(os.path.expanduser(self.local_dir))
 
     def to_proto(self) -> common_pb2.RunConfig:
+        if self.stop and not isinstance(self.stop, dict):
+            raise InvalidArgumentError(
+                "a Stopper or stop function decides on a Tuner's trials: give it to the Tuner's RunConfig; "
+                "a trainer's RunConfig takes a dict such as {'training_iteration': 10}",
+                field="run_config.stop",
+            )
         return common_pb2.RunConfig(
             name=self.name or "",
             storage_path=self.storage_path or "",

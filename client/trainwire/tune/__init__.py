@@ -13,6 +13,7 @@ best = tuner.fit().get_best_result()
 """
 
 from trainwire.config import CheckpointConfig, FailureConfig, RunConfig
+from trainwire.tune import stopper
 from trainwire.tune.error import TuneError
 from trainwire.tune.result_grid import ResultGrid
 from trainwire.tune.search.sample import (
@@ -30,6 +31,7 @@ from trainwire.tune.search.sample import (
     sample_from,
     uniform,
 )
+from trainwire.tune.stopper import Stopper
 from trainwire.tune.trainable import get_checkpoint, report, with_parameters, with_resources
 from trainwire.tune.tune_config import TuneConfig
 from trainwire.tune.tuner import Tuner
@@ -39,6 +41,7 @@ __all__ = [
     "FailureConfig",
     "ResultGrid",
     "RunConfig",
+    "Stopper",
     "TuneConfig",
     "TuneError",
     "Tuner",
@@ -56,6 +59,7 @@ __all__ = [
     "randn",
     "report",
     "sample_from",
+    "stopper",
     "uniform",
     "with_parameters",
     "with_resources",

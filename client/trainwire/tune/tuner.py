@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import itertools
 import sys
 import time
 import uuid
 from typing import Any
 
+import cloudpickle
+
 from trainwire.checkpoint import Checkpoint
 from trainwire.client import TERMINAL_STATES, CoordinatorClient
 from trainwire.config import RunConfig, ScalingConfig
 from trainwire.session_client import get_client
-from trainwire.trainer import BaseTrainer
+from trainwire.trainer import BaseTrainer, _installed
 from trainwire.tune.error import TuneError
 from trainwire.tune.progress import describe_changes
 from trainwire.tune.result_grid import ResultGrid
@@ -21,6 +24,7 @@ from trainwire.tune.search.optuna import OptunaSearch
 from trainwire.tune.search.sample import Function
 from trainwire.tune.search.searcher import ConcurrencyLimiter
 from trainwire.tune.search.variant_generator import Path, Searched, split_space
+from trainwire.tune.stopper import CombinedStopper, FunctionStopper, Stopper, as_stopper
 from trainwire.tune.trainable import as_trainer, is_function_trainable
 from trainwire.tune.tune_config import TuneConfig
 from trainwire_core.errors import InvalidArgumentError, NotFoundError, UnavailableError
@@ -179,6 +183,34 @@ def search_params(params: list[tuple[Path, Searched]]) -> list[tune_pb2.SearchPa
     return out
 
 
+def _code_modules(stopper: Any) -> set[str]:
+    """The modules of a stopper's code: its class's, a FunctionStopper's function's, a CombinedStopper's parts'."""
+    modules = {type(stopper).__module__}
+    if isinstance(stopper, FunctionStopper):
+        modules.add(getattr(stopper._fn, "__module__", None) or type(stopper._fn).__module__)
+    for part in getattr(stopper, "_stoppers", ()) if isinstance(stopper, CombinedStopper) else ():
+        modules |= _code_modules(part)
+    return modules
+
+
+def _pickle_stopper(stopper: Stopper) -> bytes:
+    """cloudpickle, shipping the code of the caller's own modules (the cluster cannot import them)."""
+    own = [
+        sys.modules[name]
+        for name in _code_modules(stopper)
+        if name in sys.modules and name != "__main__" and not _installed(name)
+    ]
+    try:
+        for module in own:
+            cloudpickle.register_pickle_by_value(module)
+        return cloudpickle.dumps(stopper)
+    except Exception as exc:
+        raise InvalidArgumentError(f"run_config.stop cannot be pickled: {exc}", field="run_config.stop") from exc
+    finally:
+        for module in own:
+            cloudpickle.unregister_pickle_by_value(module)
+
+
 class Tuner:
     """Searches hyperparameters of a trainer, as ``ray.tune.Tuner``; each trial is a run.
 
@@ -240,7 +272,11 @@ class Tuner:
         if self.trainable is None:
             raise InvalidArgumentError("a Tuner needs a trainable to start a search", field="trainable")
         trainer = copy.copy(self.trainable)
-        trainer.run_config = self._effective_run_config()
+        run_config = self._effective_run_config()
+        stopper = as_stopper(run_config.stop)
+        if stopper is not None:  # decided by the search (pickled), not by each trial's run
+            run_config = dataclasses.replace(run_config, stop=None)
+        trainer.run_config = run_config
         fit_request = trainer.build_request(client)
         # The search's name is the one name: the coordinator names the trials after it.
         fit_request.run_config.name = ""
@@ -252,6 +288,7 @@ class Tuner:
             name=trainer.run_config.name or "",
             idempotency_key=uuid.uuid4().hex,
             function_trainable=self.function_trainable,
+            pickled_stopper=_pickle_stopper(stopper) if stopper is not None else b"",
         )
 
     # --- running ---------------------------------------------------------------------

@@ -90,13 +90,22 @@ def make_plan(request: tune_pb2.TuneRequest) -> Plan:
 
 def carries_code(request: tune_pb2.TuneRequest) -> bool:
     """Whether the search sends code to run: its trainer's, or a sample_from function."""
-    return carried_code(request.trainer) or any(p.domain.sampler == "sample_from" for p in request.search_space)
+    return (
+        carried_code(request.trainer)
+        or bool(request.pickled_stopper)
+        or any(p.domain.sampler == "sample_from" for p in request.search_space)
+    )
 
 
 def check_access(request: tune_pb2.TuneRequest, caller: Caller, allow_pickled_code: bool) -> None:
     """Refuses a search the caller may not submit, or pickled code this coordinator does not accept."""
     if carries_code(request):
         caller.require(SUBMIT_CODE)
+    if request.pickled_stopper and not allow_pickled_code:
+        raise PermissionDeniedError(
+            "this coordinator does not accept pickled code: a Stopper or stop function needs it; give a dict",
+            field="run_config.stop",
+        )
     for i, param in enumerate(request.search_space):
         if param.domain.sampler == "sample_from" and not allow_pickled_code:
             raise PermissionDeniedError(

@@ -11,11 +11,12 @@ from typing import TYPE_CHECKING, Any
 from google.protobuf import timestamp_pb2
 
 from trainwire_coordinator.fit_checks import cluster_view
-from trainwire_coordinator.run_state import TERMINAL
+from trainwire_coordinator.run_state import TERMINAL, stop_reached
 from trainwire_coordinator.tune.checks import Plan
 from trainwire_coordinator.tune.schedulers import SCHEDULER_FIELD, FIFOScheduler, Stop
 from trainwire_coordinator.tune.searchers import SEARCHER_FIELD, library_error
 from trainwire_coordinator.tune.space import flatten, nest
+from trainwire_coordinator.tune.stoppers import SearchStopper
 from trainwire_coordinator.tune.trials import add, fits, resolve_sample_from, trial_name, trial_needs, trial_request
 from trainwire_core.errors import TrainwireError
 from trainwire_core.structs import flatten_metrics, merge_dicts, metrics_to_struct, struct_to_dict, to_struct
@@ -55,6 +56,10 @@ class TuneDriver:
         self.cancel_reason = ""
         self.task: asyncio.Task | None = None
         self._save_task: asyncio.Task | None = None
+        # The user's stopper, in an actor of the search; a dict stop is data, decided here.
+        self.stopper = SearchStopper(tune.request.pickled_stopper) if tune.request.pickled_stopper else None
+        self.stop_dict = dict(tune.request.trainer.run_config.stop)
+        self.started_at: dict[int, float] = {}
 
     # --- the search's loop -----------------------------------------------------------
     async def main(self) -> None:
@@ -67,6 +72,8 @@ class TuneDriver:
                 # Cleared before the work, not after: a trial that ends meanwhile wakes the next wait.
                 self.wake.clear()
                 await self._over_budget()
+                if self.stopper is not None and not self.exhausted and await self.stopper.stop_all():
+                    await self.stop_all("the search's stopper stopped the search (stop_all)")
                 await self._fill()
                 if self.exhausted and not self._active():
                     break
@@ -81,6 +88,9 @@ class TuneDriver:
         except Exception as exc:  # a bug: the search ends FAILED with it, not silently
             logger.exception("search %s failed", self.tune.tune_id)
             await self.fail(f"internal error: {exc!r}")
+        finally:
+            if self.stopper is not None and self.tune.state not in TUNE_ACTIVE:
+                self.stopper.close()
 
     def _active(self) -> list[tune_pb2.Trial]:
         return [t for t in self.tune.trials if t.state not in TERMINAL]
@@ -89,6 +99,17 @@ class TuneDriver:
         config = self.tune.request.tune_config
         limits = [n for n in (config.max_concurrent_trials, self.plan.searcher.max_concurrent) if n]
         return min(limits) if limits else 0
+
+    async def stop_all(self, reason: str) -> None:
+        """Ends the search as finished (Ray's stop_all): no new trials, running ones stop as finished."""
+        self.exhausted = True
+        for trial in self._active():
+            if trial.run_id:
+                self.stops.setdefault(trial.index, Stop(reason, early=False))
+                await self.runs.cancel(trial.run_id, reason)
+            else:
+                trial.state, trial.state_reason = common_pb2.CANCELLED, reason
+        self.wake.set()
 
     async def _over_budget(self) -> None:
         budget = self.tune.request.tune_config.time_budget_s
@@ -183,6 +204,7 @@ class TuneDriver:
             await self.save()
             return
         trial.run_id = run.run_id
+        self.started_at.setdefault(trial.index, time.time())
         self.by_run[run.run_id] = trial
         self.manager.by_run[run.run_id] = self
         # Its first events may have come before the driver knew the run: take its state as it is now.
@@ -257,10 +279,12 @@ class TuneDriver:
 
     def on_result(self, trial: tune_pb2.Trial, event: coordinator_pb2.MetricsEvent, act: bool) -> None:
         """Records a trial's report and asks the scheduler about it (``act``: stop the trial if it says so)."""
-        metrics = flatten_metrics(struct_to_dict(event.metrics))
+        reported = struct_to_dict(event.metrics)
+        metrics = flatten_metrics(reported)
         metrics.setdefault("training_iteration", event.report_index)  # as Ray Tune counts results
         trial.last_result.CopyFrom(metrics_to_struct(metrics))
         trial.num_reports += 1
+        self._ask_stoppers(trial, reported, metrics, act)
         metric, value = self.plan.metric, None
         if metric:
             if metric not in metrics:
@@ -303,6 +327,53 @@ class TuneDriver:
             self.stops[trial.index] = stop
             if act and trial.run_id:
                 self._spawn(self.runs.cancel(trial.run_id, stop.reason))
+
+    def _ask_stoppers(
+        self, trial: tune_pb2.Trial, reported: dict[str, Any], metrics: dict[str, Any], act: bool
+    ) -> None:
+        """A dict stop (here) and the user's stopper (its actor) decide on a result, as Ray's do."""
+        iteration = metrics["training_iteration"]
+        if act and trial.index not in self.stops and stop_reached(self.stop_dict, metrics):
+            self._stop_trial(trial, f"reached run_config.stop at training_iteration {iteration}")
+        if self.stopper is None:
+            return
+        now_s = time.time()
+        started = self.started_at.setdefault(trial.index, now_s)
+        result = {
+            **reported,
+            "training_iteration": iteration,
+            "trial_id": trial.run_id,
+            "timestamp": int(now_s),
+            "time_total_s": now_s - started,
+            "config": self._trial_config(trial),
+            "done": False,
+        }
+        # Submitted now, in report order; while replaying, only to rebuild the stopper's state.
+        ref = self.stopper.decide(trial.run_id, result)
+        if act:
+            self._spawn(self._act_on_stopper(trial, ref, iteration))
+
+    async def _act_on_stopper(self, trial: tune_pb2.Trial, ref: Any, iteration: Any) -> None:
+        assert self.stopper is not None
+        try:
+            stop_trial, stop_everything = await self.stopper.answer(ref)
+        except TrainwireError as exc:
+            await self.fail(exc.message, exc.field)
+            return
+        if stop_trial and trial.index not in self.stops and trial.state not in TERMINAL:
+            self._stop_trial(trial, f"stopped by the search's stopper at training_iteration {iteration}")
+        if stop_everything and not self.exhausted:
+            await self.stop_all("the search's stopper stopped the search (stop_all)")
+
+    def _stop_trial(self, trial: tune_pb2.Trial, reason: str) -> None:
+        """Stops a trial as finished (Ray's TERMINATED): it ends SUCCEEDED with ``reason``."""
+        self.stops[trial.index] = Stop(reason, early=False)
+        if trial.run_id:
+            self._spawn(self.runs.cancel(trial.run_id, reason))
+
+    def _trial_config(self, trial: tune_pb2.Trial) -> dict[str, Any]:
+        config = merge_dicts(self.plan.space.constants, struct_to_dict(trial.config))
+        return config.get("train_loop_config", {}) if self.tune.request.function_trainable else config
 
     def _trial_ended(self, trial: tune_pb2.Trial) -> None:
         stop = self.stops.get(trial.index)

@@ -97,7 +97,7 @@ class TuneConfig(_message.Message):
     def __init__(self, metric: _Optional[str] = ..., mode: _Optional[str] = ..., num_samples: _Optional[int] = ..., max_concurrent_trials: _Optional[int] = ..., search_alg: _Optional[_Union[SearchAlgorithm, _Mapping]] = ..., scheduler: _Optional[_Union[TrialScheduler, _Mapping]] = ..., time_budget_s: _Optional[float] = ...) -> None: ...
 
 class TuneRequest(_message.Message):
-    __slots__ = ("trainer", "param_space", "search_space", "tune_config", "name", "idempotency_key", "function_trainable")
+    __slots__ = ("trainer", "param_space", "search_space", "tune_config", "name", "idempotency_key", "function_trainable", "pickled_stopper")
     TRAINER_FIELD_NUMBER: _ClassVar[int]
     PARAM_SPACE_FIELD_NUMBER: _ClassVar[int]
     SEARCH_SPACE_FIELD_NUMBER: _ClassVar[int]
@@ -105,6 +105,7 @@ class TuneRequest(_message.Message):
     NAME_FIELD_NUMBER: _ClassVar[int]
     IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
     FUNCTION_TRAINABLE_FIELD_NUMBER: _ClassVar[int]
+    PICKLED_STOPPER_FIELD_NUMBER: _ClassVar[int]
     trainer: _coordinator_pb2.FitRequest
     param_space: _struct_pb2.Struct
     search_space: _containers.RepeatedCompositeFieldContainer[SearchParam]
@@ -112,7 +113,8 @@ class TuneRequest(_message.Message):
     name: str
     idempotency_key: str
     function_trainable: bool
-    def __init__(self, trainer: _Optional[_Union[_coordinator_pb2.FitRequest, _Mapping]] = ..., param_space: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., search_space: _Optional[_Iterable[_Union[SearchParam, _Mapping]]] = ..., tune_config: _Optional[_Union[TuneConfig, _Mapping]] = ..., name: _Optional[str] = ..., idempotency_key: _Optional[str] = ..., function_trainable: _Optional[bool] = ...) -> None: ...
+    pickled_stopper: bytes
+    def __init__(self, trainer: _Optional[_Union[_coordinator_pb2.FitRequest, _Mapping]] = ..., param_space: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., search_space: _Optional[_Iterable[_Union[SearchParam, _Mapping]]] = ..., tune_config: _Optional[_Union[TuneConfig, _Mapping]] = ..., name: _Optional[str] = ..., idempotency_key: _Optional[str] = ..., function_trainable: _Optional[bool] = ..., pickled_stopper: _Optional[bytes] = ...) -> None: ...
 
 class Trial(_message.Message):
     __slots__ = ("index", "run_id", "config", "state", "state_reason", "last_result", "best_metric", "num_reports", "early_stopped")
