@@ -163,10 +163,12 @@ def last_exception(output: str, fallback: bool = True) -> str:
     """The last exception line of a run's output (what the table gives as the reason)."""
     found = ""
     lines = [RAY_PREFIX.sub("", ANSI.sub("", line)).rstrip() for line in output.splitlines()]
-    for line in lines:
+    for index, line in enumerate(lines):
         match = EXCEPTION_LINE.match(line)
         if match and not line.startswith(("Traceback", "WARNING", "INFO")):
             found = line
+            if line.endswith(":") and index + 1 < len(lines):
+                found += " " + lines[index + 1].strip()  # a message that starts on the next line
     if not found and fallback:
         tail = [line.strip() for line in lines if line.strip()]
         found = tail[-1] if tail else "(no output)"
@@ -309,8 +311,10 @@ def render_table(scripts: list[Script], results: dict[str, dict[str, dict]], sou
         "`trainwire.init` / `trainwire.shutdown`; `ray.data`, `ray.remote`, ... stay Ray's).",
         "Downloads are replaced by local data of the same shape (torchvision and Keras datasets,",
         "`s3://anonymous@air-example-data/...` files); scripts that take `--smoke-test` get it in both runs.",
-        "Each runs as its own process from a fresh directory, on the 2-core reference machine,",
-        f"with a {timeout_s:.0f} s limit. Ray commit: `{commit}`.",
+        "Each runs as its own process from a fresh directory, on the 2-core reference machine, with a",
+        f"time limit ({timeout_s:.0f} s unless the row says otherwise). Ray commit: `{commit}`.",
+        "Times are wall-clock on a machine shared with other runs (other Ray instances too): a timeout",
+        "under Ray here says the script needs more than this machine gave it, not that Ray fails it.",
         "",
         "Regenerate the whole table: `python bench/ray_examples.py --all --write`",
         "(`--ray-src DIR` or `TRAINWIRE_RAY_SRC` names the doc_code cache; `scripts/fetch_ray_doc_code.sh` fills it).",
