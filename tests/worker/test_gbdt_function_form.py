@@ -219,6 +219,102 @@ def test_tune_integration_reports_and_checkpoints_a_function_trainable(coordinat
         TuneReportCallback()
 
 
+# --- without Ray: the two forms, their requests and backends, the callbacks in local mode ---------------------
+def test_the_two_forms_do_not_mix():
+    from trainwire.lightgbm import LightGBMTrainer
+    from trainwire.xgboost import XGBoostConfig, XGBoostTrainer
+    from trainwire_core.errors import InvalidArgumentError
+
+    with pytest.raises(InvalidArgumentError) as info:
+        XGBoostTrainer(xgboost_loop, params={"eta": 0.1})
+    assert info.value.field == "gbdt.params"
+    with pytest.raises(InvalidArgumentError) as info:
+        XGBoostTrainer(params={}, label_column="y", xgboost_config=XGBoostConfig())
+    assert info.value.field == "xgboost_config"
+    with pytest.raises(InvalidArgumentError) as info:
+        LightGBMTrainer(lightgbm_loop, lightgbm_config=XGBoostConfig())
+    assert info.value.field == "lightgbm_config"
+    with pytest.raises(InvalidArgumentError) as info:
+        XGBoostConfig(xgboost_communicator="nccl")
+    assert info.value.field == "xgboost_config.xgboost_communicator"
+    with pytest.raises(InvalidArgumentError) as info:
+        LightGBMTrainer(params={})
+    assert info.value.field == "gbdt.label_column"
+
+
+@pytest.mark.parametrize("framework", ["xgboost", "lightgbm"])
+def test_each_form_sends_its_spec_and_gets_its_backend(framework):
+    from trainwire.lightgbm import LightGBMTrainer
+    from trainwire.xgboost import XGBoostTrainer
+    from trainwire_coordinator.backends import get_backend
+    from trainwire_coordinator.fit_checks import carried_code
+
+    trainer_cls = XGBoostTrainer if framework == "xgboost" else LightGBMTrainer
+    function_form = trainer_cls(xgboost_loop, train_loop_config={"rounds": 1}).build_request(None)
+    assert function_form.framework == framework and function_form.WhichOneof("trainer") == "data_parallel"
+    assert function_form.data_parallel.data_config.split_all  # as Ray's GBDT trainers: every dataset is split
+    assert carried_code(function_form)  # so it needs submit-code
+    backend = get_backend(framework).for_request(function_form)
+    assert backend.name == framework and backend.uses_ray_data and not backend.reuse_workers
+
+    declarative = trainer_cls(params={}, label_column="y").build_request(None)
+    assert declarative.WhichOneof("trainer") == "gbdt" and not carried_code(declarative)
+    backend = get_backend(framework).for_request(declarative)
+    assert backend.name == framework and not backend.uses_ray_data and backend.reuse_workers
+
+
+def _local_rounds(result, get_model) -> list[int]:
+    return sorted(
+        (m.num_boosted_rounds() if hasattr(m, "num_boosted_rounds") else m.current_iteration())
+        for m in (get_model(c) for c, _ in result.best_checkpoints)
+    )
+
+
+def test_callbacks_checkpoint_every_frequency_rounds_and_at_the_end(data, tmp_path):
+    """Local mode (no Ray): the callbacks' reports and checkpoints, round by round, as Ray's."""
+    from trainwire.lightgbm import LightGBMTrainer
+    from trainwire.lightgbm import RayTrainReportCallback as LightGBMCallback
+    from trainwire.xgboost import RayTrainReportCallback as XGBoostCallback
+    from trainwire.xgboost import XGBoostTrainer
+
+    train_df, _ = data
+
+    def xgb_loop() -> None:
+        import xgboost
+
+        dtrain = xgboost.DMatrix(train_df.drop(columns=["y"]), label=train_df["y"])
+        xgboost.train(
+            {"nthread": 1},
+            dtrain,
+            num_boost_round=5,
+            evals=[(dtrain, "train")],
+            callbacks=[XGBoostCallback(frequency=3)],
+        )
+
+    def lgb_loop() -> None:
+        import lightgbm
+
+        dtrain = lightgbm.Dataset(train_df.drop(columns=["y"]), label=train_df["y"])
+        lightgbm.train(
+            {"verbose": -1, "num_threads": 1},
+            dtrain,
+            num_boost_round=5,
+            valid_sets=[dtrain],
+            valid_names=["train"],
+            callbacks=[LightGBMCallback(frequency=2)],
+        )
+
+    local = {"scaling_config": ScalingConfig(num_workers=0)}
+    xgb = XGBoostTrainer(xgb_loop, run_config=RunConfig(name="xgb", storage_path=str(tmp_path)), **local).fit()
+    # XGBoost reports each round, then again after training with the last checkpoint (round 3 was one).
+    assert list(xgb.metrics_dataframe["train-rmse"].notna()) == [True] * 6
+    assert _local_rounds(xgb, XGBoostCallback.get_model) == [3, 5]
+    lgb = LightGBMTrainer(lgb_loop, run_config=RunConfig(name="lgb", storage_path=str(tmp_path)), **local).fit()
+    # LightGBM's last round is the end: rounds 2, 4 and 5 carry checkpoints, in 5 reports.
+    assert len(lgb.metrics_dataframe) == 5 and lgb.metrics_dataframe["train-l2"].notna().all()
+    assert _local_rounds(lgb, LightGBMCallback.get_model) == [2, 4, 5]
+
+
 TOKENS = {
     "ci": {"token": "ci-token", "scopes": ["submit", "read"]},
     "alice": {"token": "alice-token", "scopes": ["submit-code", "read"]},
