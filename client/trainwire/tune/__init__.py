@@ -14,6 +14,7 @@ best = tuner.fit().get_best_result()
 
 from trainwire.config import CheckpointConfig, FailureConfig, RunConfig
 from trainwire.tune import stopper
+from trainwire.tune.callback import Callback
 from trainwire.tune.error import TuneError
 from trainwire.tune.result_grid import ResultGrid
 from trainwire.tune.search.sample import (
@@ -37,6 +38,7 @@ from trainwire.tune.tune_config import TuneConfig
 from trainwire.tune.tuner import Tuner
 
 __all__ = [
+    "Callback",
     "CheckpointConfig",
     "FailureConfig",
     "ResultGrid",

@@ -17,6 +17,7 @@ from trainwire.client import TERMINAL_STATES, CoordinatorClient
 from trainwire.config import RunConfig, ScalingConfig
 from trainwire.session_client import get_client
 from trainwire.trainer import BaseTrainer, _installed
+from trainwire.tune.callback import Callback, CallbackFeed
 from trainwire.tune.error import TuneError
 from trainwire.tune.progress import describe_changes
 from trainwire.tune.result_grid import ResultGrid
@@ -306,7 +307,11 @@ class Tuner:
         else:
             tune = self._start(client, self.build_request(client))
         self._tune_id = tune.tune_id
-        tune = self._follow(client, tune, bool(self._effective_run_config().verbose))
+        run_config = self._effective_run_config()
+        feed = CallbackFeed([c for c in run_config.callbacks or [] if isinstance(c, Callback)])
+        feed.setup(run_config.stop, self.tune_config.num_samples, tune.num_trials_planned)
+        tune = self._follow(client, tune, bool(run_config.verbose), feed)
+        feed.end(tune)
         self._results = self._grid(tune, client)
         if tune.state == common_pb2.FAILED:
             raise TuneError(f"search {tune.name!r} ({tune.tune_id}) failed: {tune.state_reason}", tune, self._results)
@@ -326,7 +331,9 @@ class Tuner:
                 delay_s = min(delay_s * 2, 5.0)
 
     @staticmethod
-    def _follow(client: CoordinatorClient, tune: tune_pb2.TuneRun, verbose: bool) -> tune_pb2.TuneRun:
+    def _follow(
+        client: CoordinatorClient, tune: tune_pb2.TuneRun, verbose: bool, feed: CallbackFeed | None = None
+    ) -> tune_pb2.TuneRun:
         previous = None
         try:
             later = client.watch_tune(tune.tune_id) if tune.state not in TERMINAL_STATES else iter(())
@@ -335,6 +342,8 @@ class Tuner:
                     for line in describe_changes(previous, snapshot):
                         print(line, flush=True)
                 previous = snapshot
+                if feed is not None:
+                    feed.feed(snapshot)
                 if snapshot.state in TERMINAL_STATES:
                     return snapshot
         except KeyboardInterrupt:
@@ -345,7 +354,10 @@ class Tuner:
                 flush=True,
             )
             raise
-        return client.get_tune(tune.tune_id)  # the stream ended early: the search as it is now
+        tune = client.get_tune(tune.tune_id)  # the stream ended early: the search as it is now
+        if feed is not None:
+            feed.feed(tune)
+        return tune
 
     def _grid(self, tune: tune_pb2.TuneRun, client: CoordinatorClient) -> ResultGrid:
         checkpoint_cls = self.trainable.checkpoint_cls if self.trainable is not None else Checkpoint
