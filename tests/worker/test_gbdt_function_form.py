@@ -105,7 +105,14 @@ def test_xgboost_workers_train_together_in_one_collective(xgb_result, data):
     assert metrics["train-rmse"] == pytest.approx(rmse, rel=1e-4)
 
 
-def test_xgboost_checkpoints_every_frequency_rounds_and_serves(xgb_result, data):
+def _served(store, result):
+    """The framework and Predictor the predictor service loads for the run's latest checkpoint."""
+    from trainwire_predictor.model_repository import load_predictor
+
+    return load_predictor(store, result.run_id, result.checkpoint.uri.rstrip("/").rsplit("/", 1)[-1])
+
+
+def test_xgboost_checkpoints_every_frequency_rounds_and_serves(xgb_result, data, store):
     from trainwire.xgboost import RayTrainReportCallback, XGBoostPredictor
 
     _, valid_df = data
@@ -114,8 +121,11 @@ def test_xgboost_checkpoints_every_frequency_rounds_and_serves(xgb_result, data)
     assert rounds == [2, 4, 6]
     features = valid_df.drop(columns=["y"])
     booster = RayTrainReportCallback.get_model(xgb_result.checkpoint)
-    served = XGBoostPredictor.from_checkpoint(xgb_result.checkpoint).predict(features)
-    np.testing.assert_allclose(np.asarray(served["predictions"]), booster.inplace_predict(features), rtol=1e-6)
+    framework, predictor = _served(store, xgb_result)
+    assert framework == "xgboost" and isinstance(predictor, XGBoostPredictor)
+    np.testing.assert_allclose(
+        np.asarray(predictor.predict(features)["predictions"]), booster.inplace_predict(features)
+    )
 
 
 def lightgbm_loop(config: dict) -> None:
@@ -176,14 +186,15 @@ def test_lightgbm_workers_build_each_tree_from_both_shards(lgb_result):
     assert booster.dump_model()["tree_info"][0]["tree_structure"]["internal_count"] == ROWS
 
 
-def test_lightgbm_checkpoint_serves(lgb_result, data):
+def test_lightgbm_checkpoint_serves(lgb_result, data, store):
     from trainwire.lightgbm import LightGBMPredictor, RayTrainReportCallback
 
     _, valid_df = data
     features = valid_df.drop(columns=["y"])
     expected = RayTrainReportCallback.get_model(lgb_result.checkpoint).predict(features)
-    served = LightGBMPredictor.from_checkpoint(lgb_result.checkpoint).predict(features)
-    np.testing.assert_allclose(np.asarray(served["predictions"]), expected, rtol=1e-6)
+    framework, predictor = _served(store, lgb_result)
+    assert framework == "lightgbm" and isinstance(predictor, LightGBMPredictor)
+    np.testing.assert_allclose(np.asarray(predictor.predict(features)["predictions"]), expected)
 
 
 def test_tune_integration_reports_and_checkpoints_a_function_trainable(coordinator, data):
