@@ -20,9 +20,11 @@ METADATA_NAME = ".metadata.json"
 PREPROCESSOR_NAME = "preprocessor.pkl"
 # The file ``Checkpoint.from_dict`` pickles the dict into, named as in Ray 2.4.
 DICT_CHECKPOINT_NAME = "dict_checkpoint.pkl"
-# Ray 2.4's dict key for the preprocessor (``ray.air.constants.PREPROCESSOR_KEY``); in a checkpoint's
-# files it is ``preprocessor.pkl``, as for every trainwire checkpoint, so predictors find it either way.
-PREPROCESSOR_KEY = "_preprocessor"
+# The preprocessor's name in a checkpoint, as ``ray.air.constants.PREPROCESSOR_KEY``: its file
+# (``os.path.join(checkpoint_dir, PREPROCESSOR_KEY)``, as Ray 2.4's examples open it) and its key in
+# ``to_dict()``. ``from_dict`` also takes Ray 2.4's value, "_preprocessor".
+PREPROCESSOR_KEY = PREPROCESSOR_NAME
+_RAY24_PREPROCESSOR_KEY = "_preprocessor"
 # Files a checkpoint carries for trainwire's own bookkeeping, not the user's data.
 _BOOKKEEPING = {METADATA_NAME, MANIFEST_NAME, PREPROCESSOR_NAME, DICT_CHECKPOINT_NAME}
 
@@ -115,14 +117,14 @@ class Checkpoint:
 
         The dict is pickled (cloudpickle) into ``dict_checkpoint.pkl`` of a new local directory, so
         it travels as any directory checkpoint does (``train.report`` uploads it). A preprocessor
-        under ``"_preprocessor"`` is saved as the checkpoint's preprocessor, where predictors read it.
+        under ``PREPROCESSOR_KEY`` is saved as the checkpoint's preprocessor, where predictors read it.
         """
         import cloudpickle
 
         if not isinstance(data, dict):
             raise TypeError(f"Checkpoint.from_dict takes a dict, got {type(data).__name__}")
         data = {key: _unwrap_parallel(value) for key, value in data.items()}
-        preprocessor = data.pop(PREPROCESSOR_KEY, None)
+        preprocessor = data.pop(PREPROCESSOR_KEY, data.pop(_RAY24_PREPROCESSOR_KEY, None))
 
         def write(path: str) -> None:
             with open(os.path.join(path, DICT_CHECKPOINT_NAME), "wb") as f:
@@ -135,7 +137,7 @@ class Checkpoint:
 
         A checkpoint made by ``from_dict`` gives its dict back. Any other gives its files'
         contents as ``{relative path: bytes}``. Either way a saved preprocessor is under
-        ``"_preprocessor"``.
+        ``PREPROCESSOR_KEY``.
 
         Raises:
             DataLossError: A file does not match the checkpoint's manifest.

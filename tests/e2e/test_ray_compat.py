@@ -46,7 +46,7 @@ def test_air_mirrors_ray_air():
     assert AirScaling is trainwire.ScalingConfig and AirRun is trainwire.RunConfig
     assert CheckpointConfig is trainwire.CheckpointConfig and FailureConfig is trainwire.FailureConfig
     assert Result is ModuleResult is trainwire.Result
-    assert (PREPROCESSOR_KEY, MODEL_KEY) == ("_preprocessor", "model")
+    assert (PREPROCESSOR_KEY, MODEL_KEY) == ("preprocessor.pkl", "model")  # trainwire's file name
     for name in (
         "report",
         "get_checkpoint",

@@ -1,6 +1,10 @@
-"""``ray.air.constants``: the keys Ray 2.4's dict checkpoints and trainers use."""
+"""``ray.air.constants``: the keys Ray 2.4's dict checkpoints and trainers use, meaning what they mean in trainwire."""
 
 from trainwire.checkpoint import PREPROCESSOR_KEY
+
+# PREPROCESSOR_KEY names the preprocessor in a trainwire checkpoint: its file, so Ray 2.4's
+# ``os.path.join(checkpoint_dir, PREPROCESSOR_KEY)`` opens the file that exists ("preprocessor.pkl",
+# not Ray's "_preprocessor"), and its key in ``Checkpoint.to_dict()`` / ``from_dict()``.
 
 # The model's entry in a dict checkpoint, e.g. ``Checkpoint.from_dict({MODEL_KEY: model.state_dict()})``;
 # TorchPredictor and TensorflowPredictor load it from there.
