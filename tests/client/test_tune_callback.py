@@ -69,3 +69,35 @@ def test_hooks_follow_the_search(coordinator):
     failed = [c for c in calls if c[0] in ("start", "result", "error") and c[1] == 2]
     assert failed[0] == ("start", 2) and failed[1][:3] == ("result", 2, 1)
     assert failed[-1][:3] == ("error", 2, "ERROR") and "x=2 diverges" in failed[-1][3]
+
+
+# Ray 2.60's get_dataframe() columns for this search, from a real Ray Tune run (``f`` reporting
+# "loss" twice over a grid of x): pid, hostname and node_ip are left out (a trial is many processes).
+RAY_COLUMNS = {
+    "checkpoint_dir_name", "config/x", "date", "done", "hostname", "iterations_since_restore", "logdir", "loss",
+    "node_ip", "pid", "time_since_restore", "time_this_iter_s", "time_total_s", "timestamp", "training_iteration",
+    "trial_id",
+}  # fmt: skip
+
+
+@pytest.mark.timeout(300)
+def test_the_dataframe_has_rays_columns(coordinator):
+    def f(config):
+        for i in range(2):
+            tune.report({"loss": config["x"] + i})
+
+    grid = Tuner(
+        tune.with_resources(f, {"cpu": 0.5}),
+        param_space={"x": tune.grid_search([1, 2])},
+        run_config=RunConfig(name="dataframe-columns", verbose=0),
+    ).fit()
+    df = grid.get_dataframe()
+    assert RAY_COLUMNS - {"pid", "hostname", "node_ip"} <= set(df.columns), RAY_COLUMNS - set(df.columns)
+    assert list(df["training_iteration"]) == [2, 2] and list(df["done"]) == [True, True]
+    assert list(df["trial_id"]) == [t.run_id for t in grid.trials]
+    assert (df["time_total_s"] >= df["time_this_iter_s"]).all() and (df["time_this_iter_s"] >= 0).all()
+    assert all(len(d) == len("2026-01-01_00-00-00") for d in df["date"])
+    # Each Result has them too, per report in its metrics_dataframe, as Ray's.
+    result = grid[0]
+    assert result.metrics["training_iteration"] == 2 and result.metrics["trial_id"] == grid.trials[0].run_id
+    assert list(result.metrics_dataframe["training_iteration"]) == [1, 2]

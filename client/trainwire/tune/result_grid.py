@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import math
 import numbers
 import threading
@@ -22,6 +23,39 @@ from trainwire_core.v1 import common_pb2, coordinator_pb2, tune_pb2
 _SCOPES = ("last", "all", "avg", "last-5-avg", "last-10-avg")
 # Reading trials' histories at once: a 32-trial grid is one round trip of time, not 32.
 _FETCH_THREADS = 8
+
+
+# The keys Ray's Tune adds to every result (those trainwire knows; no pid, hostname or node_ip: a
+# trial's workers are many processes, on many nodes).
+AUTO_FILLED = (
+    "timestamp",
+    "done",
+    "training_iteration",
+    "trial_id",
+    "date",
+    "time_this_iter_s",
+    "time_total_s",
+    "time_since_restore",
+    "iterations_since_restore",
+    "checkpoint_dir_name",
+)
+
+
+def _auto_filled(trial_id: str, iteration: int, at: float, this_iter: float, total: float) -> dict[str, Any]:
+    """Ray's auto-filled result keys for a trial's ``iteration``-th report, made at time ``at``."""
+    return {
+        "timestamp": int(at),
+        "done": False,
+        "training_iteration": iteration,
+        "trial_id": trial_id,
+        "date": datetime.datetime.fromtimestamp(at).strftime("%Y-%m-%d_%H-%M-%S"),
+        "time_this_iter_s": this_iter,
+        "time_total_s": total,
+        # A trial's restarts resume its run: its time and iterations count from its start.
+        "time_since_restore": total,
+        "iterations_since_restore": iteration,
+        "checkpoint_dir_name": None,  # the report's checkpoint id, when it has one
+    }
 
 
 class RunReader(Protocol):
@@ -107,13 +141,27 @@ class ResultGrid:
         if trial.run_id:
             run = self._client.get_run(trial.run_id)
             if run.state in TERMINAL_STATES:  # a run still going would keep the stream open
+                started = run.created_at.ToNanoseconds() / 1e9
+                last = started
                 for event in self._client.watch_run(trial.run_id):
                     kind = event.WhichOneof("kind")
+                    at = event.time.ToNanoseconds() / 1e9 if event.HasField("time") else last
                     if kind == "metrics":
-                        history.append(struct_to_dict(event.metrics.metrics))
+                        row = struct_to_dict(event.metrics.metrics)
+                        auto = _auto_filled(trial.run_id, len(history) + 1, at, at - last, at - started)
+                        history.append({**auto, **row})  # a loop's own value of a key wins, as in Ray
+                        last = at
+                    elif kind == "checkpoint" and history:  # committed after its report's metrics
+                        history[-1]["checkpoint_dir_name"] = event.checkpoint.checkpoint_id
+                    elif kind == "state_change" and event.state_change.state == common_pb2.RUNNING and not history:
+                        started = last = at  # Ray counts a trial's time from its start, not its wait
                     elif kind == "state_change" and event.state_change.state in TERMINAL_STATES:
                         break
+                if history:
+                    history[-1]["done"] = True
             result = Result.from_run(run, history, self._checkpoint_cls)
+            if history:  # Ray's Result.metrics has the auto-filled keys too
+                result.metrics = {**{k: v for k, v in history[-1].items() if k in AUTO_FILLED}, **result.metrics}
         else:  # not started yet
             result = Result(
                 metrics=struct_to_dict(trial.last_result),
@@ -231,8 +279,10 @@ class ResultGrid:
         return self[best]
 
     def get_dataframe(self, filter_metric: str | None = None, filter_mode: str | None = None) -> pd.DataFrame:
-        """One row per trial: its last reported metrics (nested ones as "a/b"), ``config/<path>``
-        columns, ``trial_id`` (its run id) and ``state``.
+        """One row per trial, as Ray's: its last result (nested metrics as "a/b") with Ray's
+        auto-filled keys (``training_iteration``, ``time_total_s``, ``time_this_iter_s``,
+        ``timestamp``, ``date``, ``done``, ``trial_id``: its run id, ...), ``config/<path>``
+        columns, ``logdir`` (the run's path in the store) and trainwire's ``state``.
 
         Args:
             filter_metric: With ``filter_mode``, each trial's row is its report with the best value of this metric.
@@ -242,18 +292,26 @@ class ResultGrid:
             raise InvalidArgumentError("give both filter_metric and filter_mode, or neither", field="filter_mode")
         if filter_mode is not None and filter_mode not in ("min", "max"):
             raise InvalidArgumentError(f"filter_mode must be 'min' or 'max', got {filter_mode!r}", field="filter_mode")
-        if filter_metric is not None:
-            self._fetch(range(len(self)))
+        self._fetch(range(len(self)))  # each trial's results, for the auto-filled keys
         rows = []
         for index, trial in enumerate(self.tune_run.trials):
-            metrics = flatten_metrics(struct_to_dict(trial.last_result))
+            history = self._history(index)
+            metrics = history[-1] if history else flatten_metrics(struct_to_dict(trial.last_result))
             if filter_metric is not None:
                 reports = [r for r in self._history(index) if _number(r.get(filter_metric)) is not None]
                 if reports:
                     pick = min if filter_mode == "min" else max
                     metrics = pick(reports, key=lambda r: _number(r[filter_metric]))
             config = flatten_metrics({"config": self.trial_config(index)})
-            rows.append({**metrics, **config, "trial_id": trial.run_id, "state": common_pb2.RunState.Name(trial.state)})
+            rows.append(
+                {
+                    **metrics,
+                    **config,
+                    "trial_id": trial.run_id,
+                    "logdir": self._results[index].path,
+                    "state": common_pb2.RunState.Name(trial.state),
+                }
+            )
         return pd.DataFrame(rows)
 
     def __repr__(self) -> str:
