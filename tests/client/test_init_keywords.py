@@ -115,3 +115,11 @@ def test_rays_own_addresses_name_the_embedded_coordinators_ray(fresh, monkeypatc
     monkeypatch.setattr(session_client, "_start_embedded", lambda *args: started.append(args) or REMOTE)
     trainwire.init(address)
     assert started[0][2] == ray_address
+
+
+def test_what_ray_260_refuses_is_refused_before_anything_starts(fresh, monkeypatch):
+    monkeypatch.setattr(session_client, "_start_embedded", lambda *args: pytest.fail("started"))
+    with pytest.raises(RuntimeError, match="local_mode"):
+        trainwire.init(local_mode=True)
+    with pytest.raises(RuntimeError, match="storage"):
+        trainwire.init(storage="/tmp/ray-storage")
