@@ -108,12 +108,11 @@ def _as_caller(handler: grpc.RpcMethodHandler, caller: Caller) -> grpc.RpcMethod
     if handler.response_streaming:
 
         async def streaming(request, context):  # type: ignore[no-untyped-def]
-            token = auth.set_caller(caller)
-            try:
-                async for response in behaviour(request, context):
-                    yield response
-            finally:
-                auth.reset_caller(token)
+            # Not reset after: the call's task (and its context) ends with the stream, and a
+            # stream the client dropped is closed from another context, where a reset fails.
+            auth.set_caller(caller)
+            async for response in behaviour(request, context):
+                yield response
 
         wrapped: Any = streaming
     else:

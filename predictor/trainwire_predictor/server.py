@@ -115,6 +115,8 @@ class PredictorServer:
                 settings.generate_max_waiting,
                 settings.generate_timeout_s,
                 settings.generate_threads,
+                settings.generate_max_prompt_chars,
+                settings.generate_max_prompt_tokens,
             ),
         )
         self.servicer = InferenceServicer(dataplane=self.dataplane)

@@ -147,13 +147,18 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
                 await pending.put(None)
 
         reader = asyncio.create_task(read())
+        answering: asyncio.Task[None] | None = None
         try:
             while (item := await pending.get()) is not None:
-                answers = item[1]
+                answering, answers = item
                 while (answer := await answers.get()) is not None:
                     yield answer
         finally:
+            # A cancelled or broken stream ends every request it started: the one being answered
+            # (its generation leaves the batch at the next decode step) and those still queued.
             reader.cancel()
+            if answering is not None:
+                answering.cancel()
             while not pending.empty():
                 if (item := pending.get_nowait()) is not None:
                     item[0].cancel()

@@ -75,3 +75,7 @@ class PredictorSettings(BaseSettings):
     # Torch threads of each model's decode thread; 0: all cores but one, which the event loop keeps
     # (on 2 cores, one decode thread beside the loop is 1.4x faster than two fighting it).
     generate_threads: int = Field(default=0, ge=0)
+    # The longest prompt, checked before any work on it: characters (a chat's contents together;
+    # 0: 32 per position of the model's context), then tokens (0: the model's context).
+    generate_max_prompt_chars: int = Field(default=0, ge=0)
+    generate_max_prompt_tokens: int = Field(default=0, ge=0)

@@ -18,6 +18,7 @@ from typing import Any
 
 import httpx
 import pytest
+from language_model import SENTENCES, make_tokenizer
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -27,12 +28,6 @@ TOKENS = {
     "reader": {"token": "gen-read", "scopes": ["read"]},
 }
 MAX_TOKENS = 64
-SENTENCES = [
-    "the cat sat on the mat and looked at the door",
-    "the dog ran in the park and found a red ball",
-    "a bird sang in the tree while the sun came up",
-    "my friend made tea and we talked about the rain",
-]
 PROBE = os.path.join(os.path.dirname(__file__), "triton_generate_probe.py")
 
 
@@ -73,15 +68,6 @@ def lm_loop(config: dict[str, Any]) -> None:
         HuggingFaceCheckpoint.from_model(model, tokenizer) if train.get_context().get_world_rank() == 0 else None
     )
     train.report({"loss": float(loss)}, checkpoint=checkpoint)
-
-
-def make_tokenizer() -> Any:
-    from tokenizers import ByteLevelBPETokenizer
-    from transformers import PreTrainedTokenizerFast
-
-    bpe = ByteLevelBPETokenizer()
-    bpe.train_from_iterator(SENTENCES * 4, vocab_size=320, min_frequency=1, special_tokens=["<|endoftext|>"])
-    return PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="<|endoftext|>", pad_token="<|endoftext|>")
 
 
 @pytest.fixture(scope="module")

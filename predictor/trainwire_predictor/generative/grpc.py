@@ -10,13 +10,17 @@ response holds the whole text. The call's deadline bounds the generation.
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator
 from typing import Any
 
 from trainwire_core.errors import InvalidArgumentError
 from trainwire_core.inference import grpc_service_pb2 as pb
-from trainwire_predictor.generative.requests import GenerateRequest, prompt_text, sampling_params
+from trainwire_predictor.generative.requests import (
+    GenerateRequest,
+    parameters_object,
+    prompt_text,
+    sampling_params,
+)
 from trainwire_predictor.generative.service import GenerationStream, TextGenerator
 from trainwire_predictor.grpc_codec import request_from_proto
 from trainwire_predictor.inference import decode_inputs
@@ -47,30 +51,27 @@ def parse_generate(
 ) -> tuple[GenerateRequest, bool]:
     """The generation a request asks for, and whether it streams tokens.
 
+    The parameters pass the same checks as REST's (``requests.sampling_params``), each error
+    naming the field; the call's deadline caps ``timeout_s``.
+
     Raises:
         InvalidArgumentError: A bad input or parameter, naming it.
     """
     arrays = decode_inputs(request_from_proto(request, routing_key))
     fields = {k: _parameter(v) for k, v in request.parameters.items()}
     if "sampling_parameters" in arrays:
-        try:
-            extra = json.loads(_element(arrays, "sampling_parameters"))
-        except ValueError as exc:
-            raise InvalidArgumentError(
-                f"sampling_parameters is not JSON: {exc}", field="inputs.sampling_parameters"
-            ) from exc
-        if not isinstance(extra, dict):
-            raise InvalidArgumentError("sampling_parameters must be a JSON object", field="inputs.sampling_parameters")
+        name = "inputs.sampling_parameters"
+        extra = parameters_object(_element(arrays, "sampling_parameters"), name)
+        sampling_params(extra, generator.limits, f"{name}.")  # its errors name it
         fields.update(extra)
-    if time_remaining is not None:
-        fields["timeout_s"] = min(float(fields.get("timeout_s") or time_remaining), time_remaining)
     stream = bool(_element(arrays, "stream")) if "stream" in arrays else True
     generate = GenerateRequest(
         model_name=request.model_name,
         model_version=request.model_version,
         prompt=prompt_text(_element(arrays, TEXT_INPUT), f"inputs.{TEXT_INPUT}"),
-        params=sampling_params(fields, generator.limits, "parameters."),
+        params=sampling_params(fields, generator.limits, "parameters.", time_remaining_s=time_remaining),
         routing_key=routing_key or str(fields.get("routing_key") or ""),
+        prompt_field=f"inputs.{TEXT_INPUT}",
     )
     return generate, stream
 

@@ -7,6 +7,7 @@ each error naming the field as the caller's protocol spells it.
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from collections.abc import Mapping
@@ -17,6 +18,13 @@ from trainwire_core.errors import InvalidArgumentError
 from trainwire_predictor.generative.engine import SamplingParams
 
 ROLES = ("system", "user", "assistant", "developer", "tool")
+# A prompt's characters per position of the model's context, when no limit is set: past it the
+# prompt cannot fit (a token spans far fewer characters), and it is refused before tokenizing.
+CHARS_PER_POSITION = 32
+# The largest sampling_parameters JSON text read from a gRPC request (its fields are a few numbers and texts).
+MAX_PARAMETERS_BYTES = 64 << 10
+# The most messages in one chat: each is checked on the event loop.
+MAX_MESSAGES = 4096
 
 
 @dataclass(frozen=True)
@@ -30,6 +38,9 @@ class GenerateLimits:
         max_waiting: Requests that may wait for a slot per model.
         timeout_s: The longest a generation runs (a request may ask for less).
         threads: Torch threads of each model's decode thread (0: all cores but one).
+        max_prompt_chars: The most characters in a prompt (a chat's contents together), checked
+            before tokenizing (0: 32 per position of the model's context).
+        max_prompt_tokens: The most tokens in a prompt (0: the model's context).
     """
 
     max_tokens: int = 1024
@@ -38,6 +49,16 @@ class GenerateLimits:
     max_waiting: int = 1024
     timeout_s: float = 300.0
     threads: int = 0
+    max_prompt_chars: int = 0
+    max_prompt_tokens: int = 0
+
+    def prompt_chars(self, context: int) -> int:
+        """The most characters of a prompt to a model of ``context`` positions."""
+        return self.max_prompt_chars or context * CHARS_PER_POSITION
+
+    def prompt_tokens(self, context: int) -> int:
+        """The most tokens of a prompt to a model of ``context`` positions."""
+        return min(self.max_prompt_tokens or context, context)
 
 
 @dataclass(frozen=True)
@@ -57,6 +78,7 @@ class GenerateRequest:
         messages: A chat: rendered with the tokenizer's chat template (or a plain one).
         params: How to sample, with the deadline already set.
         routing_key: Sticky routing, as for inference.
+        prompt_field: The prompt's name in the caller's protocol (``prompt``, ``text_input``, ...), for errors.
     """
 
     model_name: str
@@ -65,6 +87,16 @@ class GenerateRequest:
     messages: tuple[ChatMessage, ...] = ()
     params: SamplingParams = field(default_factory=lambda: SamplingParams(max_tokens=16))
     routing_key: str = ""
+    prompt_field: str = "prompt"
+
+    @property
+    def field(self) -> str:
+        """The field that holds this request's prompt (its messages, for a chat)."""
+        return "messages" if self.messages else self.prompt_field
+
+    def prompt_chars(self) -> int:
+        """The characters of the prompt, or of the chat's contents together."""
+        return sum(len(m.content) for m in self.messages) if self.messages else len(self.prompt)
 
 
 def _number(doc: Mapping[str, Any], key: str, name: str, kind: type, default: Any) -> Any:
@@ -73,13 +105,22 @@ def _number(doc: Mapping[str, Any], key: str, name: str, kind: type, default: An
         return default
     if isinstance(value, bool) or not isinstance(value, (int, float) if kind is float else int):
         raise InvalidArgumentError(f"{name} must be {'a number' if kind is float else 'an integer'}", field=name)
-    if kind is float and not math.isfinite(value):
-        raise InvalidArgumentError(f"{name} must be finite", field=name)
+    if kind is float:
+        try:
+            value = float(value)  # an integer past a float's range overflows
+        except OverflowError:
+            value = math.inf
+        if not math.isfinite(value):
+            raise InvalidArgumentError(f"{name} must be finite", field=name)
     return kind(value)
 
 
 def sampling_params(
-    doc: Mapping[str, Any], limits: GenerateLimits, prefix: str = "", temperature: float = 0.0
+    doc: Mapping[str, Any],
+    limits: GenerateLimits,
+    prefix: str = "",
+    temperature: float = 0.0,
+    time_remaining_s: float | None = None,
 ) -> SamplingParams:
     """Checks the sampling fields of ``doc`` (a JSON object's or parameters' values).
 
@@ -88,6 +129,7 @@ def sampling_params(
         limits: The operator's.
         prefix: Put before each field's name in errors (e.g. ``parameters.``).
         temperature: The protocol's default (OpenAI's is 1, the generate extension's greedy 0).
+        time_remaining_s: The call's own deadline (gRPC's), which the generation does not outlive.
 
     Raises:
         InvalidArgumentError: A bad value, naming its field.
@@ -103,6 +145,8 @@ def sampling_params(
     if not 0.0 < top_p <= 1.0:
         raise InvalidArgumentError(f"{prefix}top_p must be above 0 and at most 1", field=f"{prefix}top_p")
     seed = _number(doc, "seed", f"{prefix}seed", int, None)
+    if seed is not None and not -(2**63) <= seed < 2**64:
+        raise InvalidArgumentError(f"{prefix}seed must fit in 64 bits", field=f"{prefix}seed")
     stop = doc.get("stop") or ()
     if isinstance(stop, str):
         stop = (stop,)
@@ -113,8 +157,31 @@ def sampling_params(
     timeout = _number(doc, "timeout_s", f"{prefix}timeout_s", float, limits.timeout_s)
     if not 0.0 < timeout:
         raise InvalidArgumentError(f"{prefix}timeout_s must be above 0", field=f"{prefix}timeout_s")
+    if time_remaining_s is not None:
+        timeout = min(timeout, time_remaining_s)
     deadline = time.monotonic() + min(timeout, limits.timeout_s)
     return SamplingParams(max_tokens, temp, top_p, seed, tuple(stop), deadline)
+
+
+def parameters_object(text: Any, name: str) -> dict[str, Any]:
+    """A JSON object given as text (gRPC's ``sampling_parameters``), refused with its field when it is not one.
+
+    Every way a text can fail to parse (bad JSON, nesting past the parser's depth, a number
+    that overflows) is the caller's error, never the server's.
+    """
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", "replace")
+    if not isinstance(text, str):
+        raise InvalidArgumentError(f"{name} must be a JSON object as text", field=name)
+    if len(text) > MAX_PARAMETERS_BYTES:
+        raise InvalidArgumentError(f"{name} is over {MAX_PARAMETERS_BYTES} characters", field=name)
+    try:
+        doc = json.loads(text)
+    except (ValueError, RecursionError, OverflowError) as exc:
+        raise InvalidArgumentError(f"{name} is not JSON: {type(exc).__name__}: {exc}"[:300], field=name) from exc
+    if not isinstance(doc, dict):
+        raise InvalidArgumentError(f"{name} must be a JSON object", field=name)
+    return doc
 
 
 def prompt_text(value: Any, name: str) -> str:
@@ -130,6 +197,8 @@ def chat_messages(value: Any, name: str = "messages") -> tuple[ChatMessage, ...]
     """A non-empty list of ``{"role", "content"}`` objects, each checked."""
     if not isinstance(value, list) or not value:
         raise InvalidArgumentError(f"{name} must be a non-empty list of messages", field=name)
+    if len(value) > MAX_MESSAGES:
+        raise InvalidArgumentError(f"{name} has {len(value)} messages, over the limit of {MAX_MESSAGES}", field=name)
     out = []
     for i, message in enumerate(value):
         where = f"{name}[{i}]"

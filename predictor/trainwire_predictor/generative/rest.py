@@ -31,6 +31,7 @@ from trainwire_predictor.generative.requests import (
     sampling_params,
 )
 from trainwire_predictor.generative.service import GenerationStream, TextGenerator
+from trainwire_predictor.rest.errors import http_status
 
 Body = Callable[[Request], Awaitable[dict[str, Any]]]
 RouteMaker = Callable[[str, Callable[[Request], Awaitable[Response]], str], Route]
@@ -79,6 +80,7 @@ class GenerateEndpoints:
                 prompt=prompt_text(doc.get("text_input"), "text_input"),
                 params=sampling_params(fields, self.generator.limits, prefix),
                 routing_key=str(fields.get("routing_key") or request.headers.get("routing-key") or ""),
+                prompt_field="text_input",
             )
         )
 
@@ -124,20 +126,24 @@ def _usage(stream: GenerationStream) -> dict[str, int]:
     }
 
 
+# OpenAI's error types by HTTP status: every other 4xx is the caller's request, every 5xx the server's.
+_OPENAI_TYPES = {
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    429: "rate_limit_error",
+}
+
+
+def openai_error_body(exc: TrainwireError, status: int) -> dict[str, Any]:
+    """OpenAI's ``{"error": {"message", "type", "param", "code"}}`` for a trainwire error."""
+    kind = _OPENAI_TYPES.get(status, "invalid_request_error" if status < 500 else "server_error")
+    return {"error": {"message": exc.message, "type": kind, "param": exc.field or None, "code": None}}
+
+
 def openai_error(exc: TrainwireError, status: int) -> Response:
     """An error as the OpenAI API answers it (what the ``openai`` client raises from)."""
-    kind = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error", 404: "not_found_error"}
-    return _json(
-        {
-            "error": {
-                "message": exc.message,
-                "type": kind.get(status, "server_error"),
-                "param": exc.field or None,
-                "code": None,
-            }
-        },
-        status,
-    )
+    return _json(openai_error_body(exc, status), status)
 
 
 class OpenAIEndpoints:
@@ -239,13 +245,13 @@ class OpenAIEndpoints:
                         yield chunk(None, _finish(event.finish_reason))
                 if include_usage:
                     yield _sse({**head, "object": kind, "choices": [], "usage": _usage(stream)})
-            except TrainwireError as exc:
-                yield _sse({"error": {"message": exc.message, "type": "server_error", "param": None, "code": None}})
+            except TrainwireError as exc:  # after the first byte: the stream's last event says so
+                yield _sse(openai_error_body(exc, http_status(exc)))
             yield b"data: [DONE]\n\n"
 
         return StreamingResponse(events(), media_type="text/event-stream", headers=_SSE_HEADERS)
 
 
 def _finish(reason: str) -> str:
-    """OpenAI's finish_reason: a deadline or a cancel ends a generation as its length does."""
-    return "stop" if reason == "stop" else "length"
+    """OpenAI's finish_reason: ``stop`` and ``length`` as OpenAI's; ``deadline`` when the request's time ran out."""
+    return reason if reason in ("stop", "deadline") else "length"

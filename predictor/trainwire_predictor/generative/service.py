@@ -7,6 +7,7 @@ answer a plain error status; the stream it returns then only yields tokens.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 from collections.abc import AsyncIterator
@@ -45,6 +46,12 @@ def max_context(lm: Any) -> int:
         if isinstance(value, int) and value > 0:
             return value
     return 1 << 30
+
+
+def _prompt_ids(tokenizer: Any, request: GenerateRequest) -> list[int]:
+    """The prompt's token ids: the chat rendered with the tokenizer's template, then tokenized."""
+    text = render_chat(tokenizer, request.messages) if request.messages else request.prompt
+    return tokenizer(text, add_special_tokens=False)["input_ids"]
 
 
 @dataclass
@@ -119,19 +126,32 @@ class TextGenerator:
     async def open(self, request: GenerateRequest) -> GenerationStream:
         """Resolves, loads and checks; the returned stream yields the tokens.
 
+        The prompt's size is checked before any work on it, and the chat template and the
+        tokenizer run off the event loop: a huge prompt never holds up other requests.
+
         Raises:
             TrainwireError: Unknown model, a model that does not generate, a prompt too long
-                for the model (naming the field), or a full queue.
+                for the model or the operator's limits (naming the field), or a full queue.
         """
         started = now_ns()
         routed = InferenceRequest(request.model_name, request.model_version, routing_key=request.routing_key)
         _, _, model = self.router.target_now(routed) or await self.router.target(routed)
         engine = self.engine(model, request.model_name)
-        text = render_chat(engine.tokenizer, request.messages) if request.messages else request.prompt
-        ids = engine.tokenizer(text, add_special_tokens=False)["input_ids"]
-        if not ids:
-            raise InvalidArgumentError("the prompt has no tokens", field="messages" if request.messages else "prompt")
         room = max_context(engine.model)
+        most_chars = self.limits.prompt_chars(room)
+        if request.prompt_chars() > most_chars:
+            raise InvalidArgumentError(
+                f"{request.field} has {request.prompt_chars()} characters, over the limit of {most_chars}",
+                field=request.field,
+            )
+        ids = await asyncio.to_thread(_prompt_ids, engine.tokenizer, request)
+        if not ids:
+            raise InvalidArgumentError("the prompt has no tokens", field=request.field)
+        most_tokens = self.limits.prompt_tokens(room)
+        if len(ids) > most_tokens:
+            raise InvalidArgumentError(
+                f"{request.field} has {len(ids)} tokens, over the limit of {most_tokens}", field=request.field
+            )
         if len(ids) + request.params.max_tokens > room:
             raise InvalidArgumentError(
                 f"the prompt's {len(ids)} tokens and max_tokens {request.params.max_tokens} exceed the model's "

@@ -22,6 +22,7 @@ table and scopes as the gRPC service.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 from collections.abc import Awaitable, Callable
@@ -46,6 +47,9 @@ logger = logging.getLogger(__name__)
 
 _HEADER_LENGTH = HEADER_LENGTH.encode()
 _UNAUTHENTICATED = "missing or wrong 'authorization: Bearer <token>' header"
+# Bodies from this size on are parsed in a thread: a megabyte of JSON takes milliseconds that
+# every other request on the loop would wait; smaller ones parse faster than a thread hop.
+PARSE_OFF_LOOP_BYTES = 1 << 20
 
 
 def _tensors(specs: list[TensorSpec]) -> list[dict[str, Any]]:
@@ -125,7 +129,7 @@ class RestFrontEnd:
         body = await self._body(request)
         if not body.strip():
             return {}
-        doc = parse_json(body)
+        doc = parse_json(body) if len(body) < PARSE_OFF_LOOP_BYTES else await asyncio.to_thread(parse_json, body)
         if not isinstance(doc, dict):
             raise InvalidArgumentError("the request body must be a JSON object", field="body")
         return doc
@@ -263,13 +267,15 @@ class RestFrontEnd:
         length = headers.get(_HEADER_LENGTH)
         p = scope["path_params"]
         key = headers.get(b"routing-key")
-        infer_request, form = parse_infer_request(
+        parse = functools.partial(
+            parse_infer_request,
             body,
             length.decode("latin-1") if length is not None else None,
             p["model"],
             p.get("version", ""),
             key.decode("latin-1") if key is not None else "",
         )
+        infer_request, form = parse() if len(body) < PARSE_OFF_LOOP_BYTES else await asyncio.to_thread(parse)
         content, content_headers = await self.dataplane.infer(
             infer_request, functools.partial(encode_infer_response, form=form)
         )
