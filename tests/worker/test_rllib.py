@@ -111,6 +111,8 @@ def test_resume_trains_the_remaining_iterations(ppo_result):
         (lambda r: r.rl.flat_config.update({"env": "CartPole-v1", "evaluation_num_workers": 1e9}), "rl.flat_config"),
         (lambda r: r.rl.flat_config.update({"env": "CartPole-v1", "num_cpus_per_worker": "all"}), "rl.flat_config"),
         (lambda r: r.rl.flat_config.update({"env": 3}), "rl.flat_config.env"),
+        # A null section reached the placement's arithmetic and answered INTERNAL.
+        (lambda r: r.rl.config.update({"training": None}), "rl.config.training"),
     ],
 )
 def test_bad_requests_name_the_field(client, mutate, field):

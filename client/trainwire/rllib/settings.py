@@ -142,7 +142,9 @@ def settings_of(spec: coordinator_pb2.RLSpec) -> dict[str, Any]:
 def merged_sections(sections: dict[str, Any]) -> dict[str, Any]:
     """A sectioned config's arguments as one flat mapping (the resource ones are attribute names)."""
     merged: dict[str, Any] = {"num_env_runners": 0}  # in the worker's process unless a section says so
-    for section_args in sections.values():
+    for section, section_args in sections.items():
+        if not isinstance(section_args, dict):
+            raise ValueError(f"section {section!r} must be a mapping of AlgorithmConfig.{section}() arguments")
         merged.update(section_args)
     return merged
 

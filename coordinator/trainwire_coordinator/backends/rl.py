@@ -103,6 +103,13 @@ class RLBackend(CoordinatorBackend):
                 "rl.flat_config.env must be a gymnasium environment id", field="rl.flat_config.env"
             )
         _check_env(spec.env or flat_env or "")
+        # Before the placement is computed from them: a section that is not a mapping has no arguments to merge.
+        for section, settings in struct_to_dict(spec.config).items():
+            if not isinstance(settings, dict):
+                raise InvalidArgumentError(
+                    f"rl.config.{section} must be a mapping of AlgorithmConfig.{section}() arguments",
+                    field=f"rl.config.{section}",
+                )
         try:
             placement_bundles(settings_of(spec))
         except ValueError as exc:
@@ -112,12 +119,6 @@ class RLBackend(CoordinatorBackend):
             raise InvalidArgumentError(
                 f"rl.num_iterations must be >= 1, got {spec.num_iterations}", field="rl.num_iterations"
             )
-        for section, settings in struct_to_dict(spec.config).items():
-            if not isinstance(settings, dict):
-                raise InvalidArgumentError(
-                    f"rl.config.{section} must be a mapping of AlgorithmConfig.{section}() arguments",
-                    field=f"rl.config.{section}",
-                )
 
     def placement_scaling(self, request: coordinator_pb2.FitRequest) -> common_pb2.ScalingConfig:
         """One worker, the algorithm's process, with the first bundle of RLlib's resource request."""
