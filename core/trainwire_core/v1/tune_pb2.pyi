@@ -43,7 +43,7 @@ class SearchParam(_message.Message):
     def __init__(self, path: _Optional[_Iterable[str]] = ..., domain: _Optional[_Union[Domain, _Mapping]] = ...) -> None: ...
 
 class TrialScheduler(_message.Message):
-    __slots__ = ("name", "time_attr", "max_t", "grace_period", "reduction_factor", "brackets", "metric", "mode")
+    __slots__ = ("name", "time_attr", "max_t", "grace_period", "reduction_factor", "brackets", "metric", "mode", "options", "pickled_code")
     NAME_FIELD_NUMBER: _ClassVar[int]
     TIME_ATTR_FIELD_NUMBER: _ClassVar[int]
     MAX_T_FIELD_NUMBER: _ClassVar[int]
@@ -52,6 +52,8 @@ class TrialScheduler(_message.Message):
     BRACKETS_FIELD_NUMBER: _ClassVar[int]
     METRIC_FIELD_NUMBER: _ClassVar[int]
     MODE_FIELD_NUMBER: _ClassVar[int]
+    OPTIONS_FIELD_NUMBER: _ClassVar[int]
+    PICKLED_CODE_FIELD_NUMBER: _ClassVar[int]
     name: str
     time_attr: str
     max_t: float
@@ -60,7 +62,9 @@ class TrialScheduler(_message.Message):
     brackets: int
     metric: str
     mode: str
-    def __init__(self, name: _Optional[str] = ..., time_attr: _Optional[str] = ..., max_t: _Optional[float] = ..., grace_period: _Optional[float] = ..., reduction_factor: _Optional[float] = ..., brackets: _Optional[int] = ..., metric: _Optional[str] = ..., mode: _Optional[str] = ...) -> None: ...
+    options: _struct_pb2.Struct
+    pickled_code: bytes
+    def __init__(self, name: _Optional[str] = ..., time_attr: _Optional[str] = ..., max_t: _Optional[float] = ..., grace_period: _Optional[float] = ..., reduction_factor: _Optional[float] = ..., brackets: _Optional[int] = ..., metric: _Optional[str] = ..., mode: _Optional[str] = ..., options: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., pickled_code: _Optional[bytes] = ...) -> None: ...
 
 class SearchAlgorithm(_message.Message):
     __slots__ = ("name", "seed", "max_concurrent", "metric", "mode", "points_to_evaluate")
@@ -117,7 +121,7 @@ class TuneRequest(_message.Message):
     def __init__(self, trainer: _Optional[_Union[_coordinator_pb2.FitRequest, _Mapping]] = ..., param_space: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., search_space: _Optional[_Iterable[_Union[SearchParam, _Mapping]]] = ..., tune_config: _Optional[_Union[TuneConfig, _Mapping]] = ..., name: _Optional[str] = ..., idempotency_key: _Optional[str] = ..., function_trainable: _Optional[bool] = ..., pickled_stopper: _Optional[bytes] = ...) -> None: ...
 
 class Trial(_message.Message):
-    __slots__ = ("index", "run_id", "config", "state", "state_reason", "last_result", "best_metric", "num_reports", "early_stopped")
+    __slots__ = ("index", "run_id", "config", "state", "state_reason", "last_result", "best_metric", "num_reports", "early_stopped", "past_run_ids", "resume_from_checkpoint", "iteration_offset")
     INDEX_FIELD_NUMBER: _ClassVar[int]
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     CONFIG_FIELD_NUMBER: _ClassVar[int]
@@ -127,6 +131,9 @@ class Trial(_message.Message):
     BEST_METRIC_FIELD_NUMBER: _ClassVar[int]
     NUM_REPORTS_FIELD_NUMBER: _ClassVar[int]
     EARLY_STOPPED_FIELD_NUMBER: _ClassVar[int]
+    PAST_RUN_IDS_FIELD_NUMBER: _ClassVar[int]
+    RESUME_FROM_CHECKPOINT_FIELD_NUMBER: _ClassVar[int]
+    ITERATION_OFFSET_FIELD_NUMBER: _ClassVar[int]
     index: int
     run_id: str
     config: _struct_pb2.Struct
@@ -136,7 +143,10 @@ class Trial(_message.Message):
     best_metric: float
     num_reports: int
     early_stopped: bool
-    def __init__(self, index: _Optional[int] = ..., run_id: _Optional[str] = ..., config: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., state: _Optional[_Union[_common_pb2.RunState, str]] = ..., state_reason: _Optional[str] = ..., last_result: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., best_metric: _Optional[float] = ..., num_reports: _Optional[int] = ..., early_stopped: _Optional[bool] = ...) -> None: ...
+    past_run_ids: _containers.RepeatedScalarFieldContainer[str]
+    resume_from_checkpoint: str
+    iteration_offset: int
+    def __init__(self, index: _Optional[int] = ..., run_id: _Optional[str] = ..., config: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., state: _Optional[_Union[_common_pb2.RunState, str]] = ..., state_reason: _Optional[str] = ..., last_result: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., best_metric: _Optional[float] = ..., num_reports: _Optional[int] = ..., early_stopped: _Optional[bool] = ..., past_run_ids: _Optional[_Iterable[str]] = ..., resume_from_checkpoint: _Optional[str] = ..., iteration_offset: _Optional[int] = ...) -> None: ...
 
 class TuneRun(_message.Message):
     __slots__ = ("tune_id", "name", "state", "state_reason", "request", "trials", "best_trial", "created_at", "updated_at", "submitted_by", "num_trials_planned", "error_field")
