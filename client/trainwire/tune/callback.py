@@ -48,6 +48,23 @@ class Trial:
     status: str
     last_result: dict[str, Any] = field(default_factory=dict)
     error_msg: str = ""
+    # Set on the trials of an ExperimentAnalysis (tune.run's): the trial's latest checkpoint and
+    # its run's path in the store.
+    checkpoint: Any = None
+    path: str = ""
+    metric_analysis: dict[str, dict[str, float]] = field(default_factory=dict)
+
+    @property
+    def local_path(self) -> str:
+        """The same as ``path`` (a trial's files are in the store, not on this machine)."""
+        return self.path
+
+    @property
+    def evaluated_params(self) -> dict[str, Any]:
+        """The trial's config, flat ("a/b" keys)."""
+        from trainwire_core.structs import flatten_metrics
+
+        return flatten_metrics(self.config)
 
     def __str__(self) -> str:
         return self.trial_id or f"trial_{self.index:05d}"

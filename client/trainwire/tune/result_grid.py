@@ -255,6 +255,12 @@ class ResultGrid:
         """
         if len(self) == 1:
             return self[0]
+        return self[self.best_index(metric, mode, scope, filter_nan_and_inf)]
+
+    def best_index(
+        self, metric: str | None = None, mode: str | None = None, scope: str = "last", filter_nan_and_inf: bool = True
+    ) -> int:
+        """The index of the best trial (``get_best_result``'s choice; the same arguments and errors)."""
         if scope not in _SCOPES:
             raise InvalidArgumentError(f"scope must be one of {', '.join(_SCOPES)}, got {scope!r}", field="scope")
         metric, mode = self._metric_mode(metric, mode)
@@ -276,7 +282,11 @@ class ResultGrid:
                 f"no trial reported {metric!r}"
                 + (" as a finite number (filter_nan_and_inf=False keeps NaN and inf)" if filter_nan_and_inf else "")
             )
-        return self[best]
+        return best
+
+    def history(self, index: int) -> list[dict[str, Any]]:
+        """A trial's reports in order, flat (nested metrics as "a/b"), with Ray's auto-filled keys."""
+        return self._history(index)
 
     def get_dataframe(self, filter_metric: str | None = None, filter_mode: str | None = None) -> pd.DataFrame:
         """One row per trial, as Ray's: its last result (nested metrics as "a/b") with Ray's

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import enum
 import math
 import numbers
 from collections.abc import Callable
@@ -123,4 +124,40 @@ def default_metric_mode(config: tune_pb2.TuneConfig) -> tuple[str, str]:
     return metric, mode
 
 
-__all__ = ["TuneConfig", "default_metric_mode"]
+__all__ = ["ResumeConfig", "TuneConfig", "default_metric_mode"]
+
+
+@dataclass
+class ResumeConfig:
+    """How ``tune.run(resume=...)`` treats a search's trials, as ``ray.tune.ResumeConfig``.
+
+    A trainwire search never stopped (it runs in the coordinator): resuming follows it to its
+    end. Only the defaults can be honoured: finished trials are kept (SKIP), unfinished ones go
+    on (RESUME), failed ones stay failed (SKIP).
+    """
+
+    class ResumeType(enum.Enum):
+        """What to do with the trials of one state."""
+
+        RESUME = "resume"
+        RESTART = "restart"
+        SKIP = "skip"
+
+    finished: str = ResumeType.SKIP
+    unfinished: str = ResumeType.RESUME
+    errored: str = ResumeType.SKIP
+
+    def __post_init__(self) -> None:
+        wanted = {
+            "finished": self.ResumeType.SKIP,
+            "unfinished": self.ResumeType.RESUME,
+            "errored": self.ResumeType.SKIP,
+        }
+        for name, default in wanted.items():
+            value = getattr(self, name)
+            if value != default and value != default.value:
+                raise InvalidArgumentError(
+                    f"resume_config.{name} can only be {default.value!r}: a trainwire search runs in the coordinator "
+                    "and is followed, not replayed (start a new search to run trials again)",
+                    field=f"resume_config.{name}",
+                )

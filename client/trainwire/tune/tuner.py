@@ -20,6 +20,7 @@ from trainwire.trainer import BaseTrainer, _installed
 from trainwire.tune.callback import Callback, CallbackFeed
 from trainwire.tune.error import TuneError
 from trainwire.tune.progress import describe_changes
+from trainwire.tune.registry import registered_trainable
 from trainwire.tune.result_grid import ResultGrid
 from trainwire.tune.search.optuna import OptunaSearch
 from trainwire.tune.search.sample import Function
@@ -236,16 +237,18 @@ class Tuner:
         tune_config: TuneConfig | None = None,
         run_config: RunConfig | None = None,
     ) -> None:
-        # A function trainable (Ray Tune's train_fn(config)): param_space is its config.
+        if isinstance(trainable, str):  # a name given to tune.register_trainable
+            trainable = registered_trainable(trainable)
+        # A function trainable (Ray Tune's train_fn(config)) or a Trainable class: param_space is its config.
         self.function_trainable = trainable is not None and not isinstance(trainable, BaseTrainer)
         if self.function_trainable:
             if not is_function_trainable(trainable):
                 raise InvalidArgumentError(
-                    "Tuner takes a trainwire trainer (TorchTrainer, XGBoostTrainer, ...) or a function of config, "
-                    f"got {type(trainable).__name__}",
+                    "Tuner takes a trainwire trainer (TorchTrainer, XGBoostTrainer, ...), a function of config "
+                    f"or a tune.Trainable class, got {type(trainable).__name__}",
                     field="trainable",
                 )
-            trainable = as_trainer(trainable)
+            trainable = as_trainer(trainable, run_config)
             param_space = {"train_loop_config": param_space} if param_space else None
             if tune_config is not None and tune_config.search_alg is not None:
                 tune_config = copy.copy(tune_config)
@@ -261,6 +264,8 @@ class Tuner:
         self._constants, self._params = parse_param_space(param_space, trainable, self.tune_config.search_alg)
         self._tune_id = ""  # set by restore: fit() follows that search
         self._results: ResultGrid | None = None
+        # tune.run's progress_reporter: it prints its table instead of the change lines.
+        self._progress_reporter: Any = None
 
     # --- the request -----------------------------------------------------------------
     def _effective_run_config(self) -> RunConfig:
@@ -308,9 +313,16 @@ class Tuner:
             tune = self._start(client, self.build_request(client))
         self._tune_id = tune.tune_id
         run_config = self._effective_run_config()
-        feed = CallbackFeed([c for c in run_config.callbacks or [] if isinstance(c, Callback)])
+        callbacks = [c for c in run_config.callbacks or [] if isinstance(c, Callback)]
+        verbose = bool(run_config.verbose)
+        if self._progress_reporter is not None:
+            from trainwire.tune.progress_reporter import ReporterCallback
+
+            callbacks.append(ReporterCallback(self._progress_reporter, self.tune_config))
+            verbose = False
+        feed = CallbackFeed(callbacks)
         feed.setup(run_config.stop, self.tune_config.num_samples, tune.num_trials_planned)
-        tune = self._follow(client, tune, bool(run_config.verbose), feed)
+        tune = self._follow(client, tune, verbose, feed)
         feed.end(tune)
         self._results = self._grid(tune, client)
         if tune.state == common_pb2.FAILED:
