@@ -26,9 +26,12 @@ class CommittedCheckpoint:
     size_bytes: int
     created_at: float
     files: list[dict[str, Any]] = field(default_factory=list)
+    version: int = 0
 
     def to_index_entry(self) -> IndexedCheckpoint:
-        return IndexedCheckpoint(self.checkpoint_id, self.index, self.metrics, self.size_bytes, self.created_at)
+        return IndexedCheckpoint(
+            self.checkpoint_id, self.index, self.metrics, self.size_bytes, self.created_at, self.version
+        )
 
 
 class CheckpointManager:
@@ -58,6 +61,8 @@ class CheckpointManager:
         # The run's fitted preprocessor, saved into every checkpoint.
         self.preprocessor_bytes = b""
         self.checkpoints: list[CommittedCheckpoint] = []
+        # The last checkpoint number given (numbers are never reused, also after retention drops one).
+        self.last_version = 0
 
     def load(self) -> None:
         """Takes up the committed checkpoints of a run a previous coordinator started.
@@ -75,9 +80,11 @@ class CheckpointManager:
                 metrics=dict(entry.metrics),
                 size_bytes=entry.size_bytes,
                 created_at=entry.created_at,
+                version=entry.version,
             )
             for entry in sorted(index.checkpoints, key=lambda e: e.index)
         ]
+        self.last_version = index.last_version
         latest = self.latest
         if latest is not None:
             preprocessor = f"{self.store.checkpoint_dir(self.run_id, latest.checkpoint_id)}/{PREPROCESSOR_NAME}"
@@ -150,6 +157,7 @@ class CheckpointManager:
             size_bytes=sum(e["size_bytes"] for e in entries.values()),
             created_at=time.time(),
             files=sorted(entries.values(), key=lambda e: e["path"]),
+            version=self.last_version + 1,
         )
         self.store.write_json(
             f"{directory}/{MANIFEST_NAME}",
@@ -163,6 +171,7 @@ class CheckpointManager:
             },
         )
         self.checkpoints.append(ckpt)
+        self.last_version = ckpt.version
         dropped = self._apply_retention()
         self.write_index()
         for old in dropped:
@@ -200,6 +209,7 @@ class CheckpointManager:
             score_attribute=self.config.checkpoint_score_attribute or "",
             score_order=self.config.checkpoint_score_order,
             updated_at=time.time(),
+            last_version=self.last_version,
         ).write(self.store)
         # A run name resolves to the newest run of that name with a checkpoint.
         self.store.write_json(self.store.name_path(self.run_name), {"run_id": self.run_id, "updated_at": time.time()})

@@ -46,6 +46,9 @@ class IndexedCheckpoint:
     metrics: Mapping[str, Any] = field(default_factory=dict)
     size_bytes: int = 0
     created_at: float = 0.0
+    # Its number among the run's checkpoints: 1, 2, ... in commit order, never reused (Triton's
+    # integer model versions). 0 in an index written before numbers were kept.
+    version: int = 0
 
     @property
     def path(self) -> str:
@@ -60,6 +63,7 @@ class IndexedCheckpoint:
             "metrics": dict(self.metrics),
             "size_bytes": self.size_bytes,
             "created_at": self.created_at,
+            "version": self.version,
         }
 
     @classmethod
@@ -70,6 +74,7 @@ class IndexedCheckpoint:
             metrics=dict(data.get("metrics") or {}),
             size_bytes=int(data.get("size_bytes", 0)),
             created_at=float(data.get("created_at", 0.0)),
+            version=int(data.get("version", 0)),
         )
 
 
@@ -86,6 +91,26 @@ class CheckpointIndex:
     score_order: str = "max"
     updated_at: float = 0.0
     schema_version: int = SCHEMA_VERSION
+    # The highest number ever given to a checkpoint of the run (a dropped one's is not reused).
+    last_version: int = 0
+
+    def __post_init__(self) -> None:
+        # An index written before numbers were kept: its checkpoints are numbered in commit order.
+        last = max([self.last_version, *(c.version for c in self.checkpoints)])
+        if any(c.version <= 0 for c in self.checkpoints):
+            numbered = []
+            for c in self.checkpoints:
+                if c.version <= 0:
+                    last += 1
+                    c = dataclasses.replace(c, version=last)
+                numbered.append(c)
+            object.__setattr__(self, "checkpoints", tuple(numbered))
+        object.__setattr__(self, "last_version", last)
+
+    @functools.cached_property
+    def numbers(self) -> Mapping[str, int]:
+        """Each committed checkpoint id's number."""
+        return {c.id: c.version for c in self.checkpoints}
 
     @functools.cached_property
     def ids(self) -> frozenset[str]:
@@ -112,6 +137,7 @@ class CheckpointIndex:
             "latest": self.latest,
             "best": self.best,
             "updated_at": self.updated_at,
+            "last_version": self.last_version,
         }
 
     @classmethod
@@ -130,6 +156,7 @@ class CheckpointIndex:
                 score_order=str(data.get("score_order") or "max"),
                 updated_at=float(data.get("updated_at", 0.0)),
                 schema_version=_schema(data, "checkpoints.json"),
+                last_version=int(data.get("last_version", 0)),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise DataLossError(f"checkpoints.json is not a checkpoint index: {exc!r}") from None

@@ -372,6 +372,8 @@ class Batcher:
         batching: Callable[[LoadedModel], DynamicBatching | None] = batching_by_framework,
     ) -> None:
         self.executor = executor
+        # Model calls that may run at once: the executor's threads (what the config reports).
+        self.threads = int(getattr(executor, "_max_workers", 1))
         self.recorder = recorder
         self.max_inflight = max(1, max_inflight)
         self.max_rows = max_rows

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from trainwire_core.errors import FailedPreconditionError, InvalidArgumentError, NotFoundError
 from trainwire_predictor import __version__
-from trainwire_predictor.batching import Batcher
+from trainwire_predictor.batching import Batcher, DynamicBatching
 from trainwire_predictor.generative.requests import GenerateLimits
-from trainwire_predictor.generative.service import TextGenerator
+from trainwire_predictor.generative.service import TextGenerator, language_model
 from trainwire_predictor.inference import InferenceRequest, InferenceResponse
 from trainwire_predictor.model_repository import ModelRepository
 from trainwire_predictor.models import TensorSpec
@@ -28,7 +28,7 @@ T = TypeVar("T")
 
 SERVER_NAME = "trainwire-predictor"
 # The Open Inference Protocol extensions both front ends offer.
-EXTENSIONS = ("model_repository", "statistics", "generate")
+EXTENSIONS = ("model_repository", "statistics", "model_configuration", "generate")
 
 
 @dataclass(frozen=True)
@@ -40,6 +40,35 @@ class ModelMetadata:
     platform: str
     inputs: list[TensorSpec]
     outputs: list[TensorSpec]
+
+
+@dataclass(frozen=True)
+class ModelConfiguration:
+    """What Triton's model configuration extension answers: how the predictor serves one model version.
+
+    Attributes:
+        name: The model name asked for.
+        version: The version's number (its checkpoint id where the index has no numbers).
+        platform: The framework's declared platform; ``backend`` its name.
+        max_batch_size: The most rows one model call takes; 0 where the model's inputs have no
+            batch dimension (then ``inputs`` keep their whole shapes).
+        inputs: Tensors of one request row (the batch dimension left out when ``max_batch_size`` > 0).
+        outputs: Likewise.
+        dynamic_batching: The batching policy applied (None: each request alone, or joined at once).
+        instances: Model calls that may run at the same time.
+        decoupled: Whether answers stream (a language model's tokens).
+    """
+
+    name: str
+    version: str
+    platform: str
+    backend: str
+    max_batch_size: int
+    inputs: list[TensorSpec]
+    outputs: list[TensorSpec]
+    dynamic_batching: DynamicBatching | None
+    instances: int
+    decoupled: bool
 
 
 @dataclass(frozen=True)
@@ -129,6 +158,31 @@ class DataPlane:
         model = await self.models.get(name, version)
         return ModelMetadata(name, model.ref.versions, model.platform, model.inputs, model.outputs)
 
+    async def model_config(self, name: str, version: str = "") -> ModelConfiguration:
+        """The configuration the predictor applies to a model version (loading it)."""
+        model = await self.models.get(name, version)
+        policy = None if model.predictor.batch_invariant else self.batcher.batching(model)
+        batched = all(spec.shape[:1] == (-1,) for spec in (*model.inputs, *model.outputs))
+        if not batched:
+            rows = 0
+        elif model.predictor.batch_invariant:
+            rows = self.batcher.max_rows
+        else:
+            rows = policy.max_batch_size if policy is not None else 1
+        cut = 1 if rows else 0
+        return ModelConfiguration(
+            name=name,
+            version=model.ref.number_text or model.ref.checkpoint_id,
+            platform=model.platform,
+            backend=model.framework,
+            max_batch_size=rows,
+            inputs=[TensorSpec(s.name, s.datatype, s.shape[cut:]) for s in model.inputs],
+            outputs=[TensorSpec(s.name, s.datatype, s.shape[cut:]) for s in model.outputs],
+            dynamic_batching=policy,
+            instances=policy.instances if policy is not None else self.batcher.threads,
+            decoupled=language_model(model) is not None,
+        )
+
     async def model_statistics(self, name: str = "", version: str = "") -> list[ModelStats]:
         """Statistics of every model (no name), every version of one model, or one version.
 
@@ -149,7 +203,7 @@ class DataPlane:
         return [
             IndexEntry(
                 ref.run_name or ref.run_id,
-                ref.checkpoint_id,
+                ref.number_text or ref.checkpoint_id,
                 "READY" if loaded else "UNAVAILABLE",
                 "" if loaded else "not loaded",
             )
@@ -164,3 +218,43 @@ class DataPlane:
     async def unload(self, name: str, version: str = "") -> None:
         """Drops one loaded version of a model, or every one when no version is named."""
         await self.models.unload(name, version)
+
+
+def triton_data_type(datatype: str) -> str:
+    """Triton's DataType name of an Open Inference Protocol datatype (BYTES is TYPE_STRING)."""
+    return "TYPE_STRING" if datatype == "BYTES" else f"TYPE_{datatype}"
+
+
+def triton_dims(shape: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int, ...] | None]:
+    """Triton's dims of a row's shape, and the reshape it needs: a scalar per row is dims [1], reshaped to []."""
+    return ((1,), ()) if not shape else (shape, None)
+
+
+def _tensor_json(spec: TensorSpec) -> dict[str, Any]:
+    dims, reshape = triton_dims(spec.shape)
+    doc: dict[str, Any] = {"name": spec.name, "data_type": triton_data_type(spec.datatype), "dims": list(dims)}
+    if reshape is not None:
+        doc["reshape"] = {"shape": list(reshape)}
+    return doc
+
+
+def config_json(config: ModelConfiguration) -> dict[str, Any]:
+    """The configuration as Triton's ``GET /v2/models/{m}/config`` answers it (integers as numbers)."""
+    doc: dict[str, Any] = {
+        "name": config.name,
+        "platform": config.platform,
+        "backend": config.backend,
+        "version_policy": {"all": {}},
+        "max_batch_size": config.max_batch_size,
+        "input": [_tensor_json(s) for s in config.inputs],
+        "output": [_tensor_json(s) for s in config.outputs],
+        "instance_group": [{"name": config.name, "count": config.instances, "kind": "KIND_CPU"}],
+        "parameters": {"version": {"string_value": config.version}},
+        "model_transaction_policy": {"decoupled": config.decoupled},
+    }
+    if config.dynamic_batching is not None:
+        doc["dynamic_batching"] = {
+            "preferred_batch_size": list(config.dynamic_batching.preferred_batch_sizes),
+            "max_queue_delay_microseconds": config.dynamic_batching.max_queue_delay_us,
+        }
+    return doc

@@ -301,6 +301,7 @@ class ModelRepository:
         ids = index.ordered_ids
         # Aliases first, so a checkpoint id wins over an alias of the same name; one not committed is left to get.
         checkpoints = {alias: target for alias, target in state.aliases.items() if target in index.ids}
+        checkpoints.update({str(number): checkpoint for checkpoint, number in index.numbers.items()})
         checkpoints.update({checkpoint: checkpoint for checkpoint in ids})
         checkpoints[""] = index.default_version()
         stamp = min(self._names[name][0], indexed[0], registry[0])
@@ -344,6 +345,8 @@ class ModelRepository:
             )
         if not version:
             version = index.default_version()
+        elif version not in index.ids and version.isdigit():
+            version = await self._numbered(run_id, index, version)
         elif version not in index.ids:
             aliased = (await self.registry(run_id)).aliases.get(version)
             if aliased is None:
@@ -365,7 +368,19 @@ class ModelRepository:
                     f"(and no alias {version!r})",
                     field="model_version",
                 )
-        return ModelRef(run_id, index.run_name, version, index.ordered_ids)
+        return ModelRef(run_id, index.run_name, version, index.ordered_ids, index.numbers.get(version, 0))
+
+    async def _numbered(self, run_id: str, index: CheckpointIndex, number: str) -> str:
+        """The checkpoint id of a run's checkpoint number (a checkpoint id wins over a number: called after)."""
+        for attempt in (index, await self._index(run_id, refresh=True)):
+            found = next((c.id for c in attempt.checkpoints if str(c.version) == number), None) if attempt else None
+            if found is not None:
+                return found
+        raise NotFoundError(
+            f"model {index.run_name or run_id!r} has no version {number}; committed versions: "
+            + ", ".join(f"{c.version} ({c.id})" for c in index.checkpoints),
+            field="model_version",
+        )
 
     # --- loading -----------------------------------------------------------
     def _verify(self, ref: ModelRef) -> None:
@@ -542,6 +557,6 @@ class ModelRepository:
         for index in await asyncio.to_thread(self._read_all_indexes):
             ids = index.ordered_ids
             for ckpt_id in ids:
-                ref = ModelRef(index.run_id, index.run_name, ckpt_id, ids)
+                ref = ModelRef(index.run_id, index.run_name, ckpt_id, ids, index.numbers[ckpt_id])
                 refs.append((ref, self.is_loaded(ref)))
         return refs

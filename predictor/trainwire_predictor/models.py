@@ -36,10 +36,17 @@ class ModelRef:
     run_name: str
     checkpoint_id: str
     versions: tuple[str, ...] = ()
+    # Its number in the run (1, 2, ... in commit order): the integer version Triton's tools read.
+    number: int = 0
 
     @property
     def key(self) -> tuple[str, str]:
         return (self.run_id, self.checkpoint_id)
+
+    @property
+    def number_text(self) -> str:
+        """Its integer version as text ("" where the index has no numbers)."""
+        return str(self.number) if self.number > 0 else ""
 
 
 @dataclass(frozen=True)
@@ -53,7 +60,7 @@ class Resolution:
         run_id: The run it names.
         run_name: That run's name.
         versions: The committed checkpoint ids in commit order.
-        checkpoints: Checkpoint id, alias or "" (the default version) -> the checkpoint it means now.
+        checkpoints: Checkpoint id, number, alias or "" (the default version) -> the checkpoint it means now.
         policy: The model's traffic policy (empty where none is set).
         loaded: The run's loaded checkpoints by id; live, so a load or a drop shows at once.
         fresh_until: Monotonic time at which the reads it rests on are due again.

@@ -6,6 +6,7 @@ import asyncio
 import functools
 import logging
 from collections.abc import AsyncIterator
+from typing import Any
 
 import grpc
 
@@ -14,10 +15,18 @@ from trainwire_core.grpc_status import handle_errors
 from trainwire_core.inference import grpc_service_pb2 as pb
 from trainwire_core.inference import grpc_service_pb2_grpc as pb_grpc
 from trainwire_predictor.batching import Batcher
-from trainwire_predictor.dataplane import EXTENSIONS, SERVER_NAME, DataPlane
+from trainwire_predictor.dataplane import (
+    EXTENSIONS,
+    SERVER_NAME,
+    DataPlane,
+    ModelConfiguration,
+    triton_data_type,
+    triton_dims,
+)
 from trainwire_predictor.generative.grpc import generate_responses, generate_text, is_generate_request
 from trainwire_predictor.grpc_codec import request_from_proto, response_to_proto
 from trainwire_predictor.model_repository import ModelRepository
+from trainwire_predictor.models import TensorSpec
 from trainwire_predictor.statistics import Recorder, Statistics
 
 logger = logging.getLogger(__name__)
@@ -50,6 +59,42 @@ def _stream_error(request: pb.ModelInferRequest, exc: Exception) -> pb.ModelStre
         infer_response=pb.ModelInferResponse(
             model_name=request.model_name, model_version=request.model_version, id=request.id, parameters=params
         ),
+    )
+
+
+def _tensor_fields(spec: TensorSpec) -> dict[str, Any]:
+    dims, reshape = triton_dims(spec.shape)
+    fields: dict[str, Any] = {"name": spec.name, "data_type": pb.DataType.Value(triton_data_type(spec.datatype))}
+    fields["dims"] = dims
+    if reshape is not None:
+        fields["reshape"] = pb.ModelTensorReshape(shape=reshape)
+    return fields
+
+
+def config_proto(config: ModelConfiguration) -> pb.ModelConfig:
+    """Triton's ModelConfig message of a model version's configuration."""
+    batching = config.dynamic_batching
+    return pb.ModelConfig(
+        name=config.name,
+        platform=config.platform,
+        backend=config.backend,
+        version_policy=pb.ModelVersionPolicy(all=pb.ModelVersionPolicy.All()),
+        max_batch_size=config.max_batch_size,
+        input=[pb.ModelInput(**_tensor_fields(s)) for s in config.inputs],
+        output=[pb.ModelOutput(**_tensor_fields(s)) for s in config.outputs],
+        dynamic_batching=(
+            pb.ModelDynamicBatching(
+                preferred_batch_size=batching.preferred_batch_sizes,
+                max_queue_delay_microseconds=batching.max_queue_delay_us,
+            )
+            if batching is not None
+            else None
+        ),
+        instance_group=[
+            pb.ModelInstanceGroup(name=config.name, count=config.instances, kind=pb.ModelInstanceGroup.KIND_CPU)
+        ],
+        parameters={"version": pb.ModelParameter(string_value=config.version)},
+        model_transaction_policy=pb.ModelTransactionPolicy(decoupled=config.decoupled),
     )
 
 
@@ -185,6 +230,11 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             answers.put_nowait(_stream_error(request, exc))
         finally:
             answers.put_nowait(None)
+
+    @handle_errors
+    async def ModelConfig(self, request: pb.ModelConfigRequest, context: Context) -> pb.ModelConfigResponse:
+        config = await self.dataplane.model_config(request.name, request.version)
+        return pb.ModelConfigResponse(config=config_proto(config))
 
     @handle_errors
     async def ModelStatistics(self, request: pb.ModelStatisticsRequest, context: Context) -> pb.ModelStatisticsResponse:

@@ -71,7 +71,7 @@ def test_statistics_count_requests_rows_and_time_per_version(served, address, va
     assert "statistics" in client.get_server_metadata(as_json=True)["extensions"]
     # Before any request: one zeroed entry for the version the name resolves to.
     (before,) = stats_of(client, MODEL)
-    assert before["name"] == MODEL and before["version"] == "c2"
+    assert before["name"] == MODEL and before["version"] == "2"  # c2's number: Triton's versions are integers
     assert int(before.get("inference_count", 0)) == 0 and int(before.get("execution_count", 0)) == 0
 
     started_ms = time.time() * 1000
@@ -84,7 +84,7 @@ def test_statistics_count_requests_rows_and_time_per_version(served, address, va
         client.infer("no-such-model", inputs(valid_x.iloc[:3]))  # counts for no model
 
     (c1,) = stats_of(client, MODEL, "c1")
-    assert c1["name"] == MODEL and c1["version"] == "c1"
+    assert c1["name"] == MODEL and c1["version"] == "1"
     assert int(c1["inference_count"]) == 13
     assert int(c1["execution_count"]) == 3
     assert int(c1["last_inference"]) >= started_ms - 1000
@@ -102,10 +102,11 @@ def test_statistics_count_requests_rows_and_time_per_version(served, address, va
     (c2,) = stats_of(client, MODEL, "c2")
     assert int(c2["inference_count"]) == 4 and count(c2["inference_stats"], "success") == 1
     everything = stats_of(client)
-    assert [(m["name"], m["version"]) for m in everything] == [(MODEL, "c1"), (MODEL, "c2")]
-    assert [m["version"] for m in stats_of(client, MODEL)] == ["c1", "c2"]
+    assert [(m["name"], m["version"]) for m in everything] == [(MODEL, "1"), (MODEL, "2")]
+    assert [m["version"] for m in stats_of(client, MODEL)] == ["1", "2"]
     # The run id names the same model.
-    assert [m["version"] for m in stats_of(client, "run-stats", "c1")] == ["c1"]
+    assert [m["version"] for m in stats_of(client, "run-stats", "c1")] == ["1"]
+    assert stats_of(client, MODEL, "1") == stats_of(client, MODEL, "c1")  # a number is a version too
     # trainwire's SDK reads the same figures.
     from trainwire.predictor_client import PredictorClient
 

@@ -30,7 +30,7 @@ def infer_inputs(meta: dict, data: dict[str, np.ndarray], rows: slice) -> list:
 
 def wire_fields() -> dict:
     """Field (name, number, type, label) of every message tritonclient knows, for the wire test."""
-    from tritonclient.grpc import service_pb2
+    from tritonclient.grpc import model_config_pb2, service_pb2
 
     out = {}
 
@@ -39,8 +39,9 @@ def wire_fields() -> dict:
         for nested in desc.nested_types:
             walk(nested)
 
-    for desc in service_pb2.DESCRIPTOR.message_types_by_name.values():
-        walk(desc)
+    for module in (service_pb2, model_config_pb2):
+        for desc in module.DESCRIPTOR.message_types_by_name.values():
+            walk(desc)
     methods = {
         m.name: [m.input_type.full_name, m.output_type.full_name]
         for m in service_pb2.DESCRIPTOR.services_by_name["GRPCInferenceService"].methods

@@ -74,6 +74,11 @@ class GRPCInferenceServiceStub:
                 request_serializer=trainwire_dot_inference_dot_grpc__service__pb2.ModelStatisticsRequest.SerializeToString,
                 response_deserializer=trainwire_dot_inference_dot_grpc__service__pb2.ModelStatisticsResponse.FromString,
                 _registered_method=True)
+        self.ModelConfig = channel.unary_unary(
+                '/inference.GRPCInferenceService/ModelConfig',
+                request_serializer=trainwire_dot_inference_dot_grpc__service__pb2.ModelConfigRequest.SerializeToString,
+                response_deserializer=trainwire_dot_inference_dot_grpc__service__pb2.ModelConfigResponse.FromString,
+                _registered_method=True)
         self.RepositoryIndex = channel.unary_unary(
                 '/inference.GRPCInferenceService/RepositoryIndex',
                 request_serializer=trainwire_dot_inference_dot_grpc__service__pb2.RepositoryIndexRequest.SerializeToString,
@@ -155,6 +160,14 @@ class GRPCInferenceServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ModelConfig(self, request, context):
+        """A model version's configuration (Triton's model configuration extension;
+        tritonclient's get_model_config, what perf_analyzer asks first).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def RepositoryIndex(self, request, context):
         """The models in the repository (the runs with committed checkpoints).
         """
@@ -218,6 +231,11 @@ def add_GRPCInferenceServiceServicer_to_server(servicer, server):
                     servicer.ModelStatistics,
                     request_deserializer=trainwire_dot_inference_dot_grpc__service__pb2.ModelStatisticsRequest.FromString,
                     response_serializer=trainwire_dot_inference_dot_grpc__service__pb2.ModelStatisticsResponse.SerializeToString,
+            ),
+            'ModelConfig': grpc.unary_unary_rpc_method_handler(
+                    servicer.ModelConfig,
+                    request_deserializer=trainwire_dot_inference_dot_grpc__service__pb2.ModelConfigRequest.FromString,
+                    response_serializer=trainwire_dot_inference_dot_grpc__service__pb2.ModelConfigResponse.SerializeToString,
             ),
             'RepositoryIndex': grpc.unary_unary_rpc_method_handler(
                     servicer.RepositoryIndex,
@@ -451,6 +469,33 @@ class GRPCInferenceService:
             '/inference.GRPCInferenceService/ModelStatistics',
             trainwire_dot_inference_dot_grpc__service__pb2.ModelStatisticsRequest.SerializeToString,
             trainwire_dot_inference_dot_grpc__service__pb2.ModelStatisticsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ModelConfig(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/inference.GRPCInferenceService/ModelConfig',
+            trainwire_dot_inference_dot_grpc__service__pb2.ModelConfigRequest.SerializeToString,
+            trainwire_dot_inference_dot_grpc__service__pb2.ModelConfigResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -37,7 +37,7 @@ from starlette.types import Receive, Scope, Send
 
 from trainwire_core.auth import ADMIN, PREDICT, TokenTable
 from trainwire_core.errors import InvalidArgumentError, PermissionDeniedError, TrainwireError, UnauthenticatedError
-from trainwire_predictor.dataplane import EXTENSIONS, SERVER_NAME, DataPlane
+from trainwire_predictor.dataplane import EXTENSIONS, SERVER_NAME, DataPlane, config_json
 from trainwire_predictor.generative.rest import GenerateEndpoints, OpenAIEndpoints, openai_error
 from trainwire_predictor.models import TensorSpec
 from trainwire_predictor.rest.codec import HEADER_LENGTH, encode_infer_response, parse_infer_request, parse_json
@@ -175,6 +175,7 @@ class RestFrontEnd:
                 for r in (
                     route(base, self.model_metadata, "GET"),
                     route(f"{base}/ready", self.model_ready, "GET"),
+                    route(f"{base}/config", self.model_config, "GET"),
                     route(f"{base}/stats", self.stats, "GET"),
                 )
             ),
@@ -243,6 +244,10 @@ class RestFrontEnd:
                 "outputs": _tensors(meta.outputs),
             }
         )
+
+    async def model_config(self, request: Request) -> Response:
+        p = request.path_params
+        return json_response(config_json(await self.dataplane.model_config(p["model"], p.get("version", ""))))
 
     async def model_ready(self, request: Request) -> Response:
         p = request.path_params
