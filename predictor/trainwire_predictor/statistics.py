@@ -41,12 +41,8 @@ class Timing:
 
 
 def model_labels(ref: ModelRef) -> tuple[str, str]:
-    """The (model, version) a checkpoint's metrics are labelled with: its run's name (else id) and checkpoint id."""
-    return (ref.run_name or ref.run_id, ref.checkpoint_id)
-
-
-def statistics_labels(ref: ModelRef) -> tuple[str, str]:
-    """The (model, version) Triton's statistics report: the version as an integer (tools parse it as one)."""
+    """The (model, version) a checkpoint is reported under (statistics and metrics): its run's name
+    (else id) and its number (else its id): Triton's versions are integers, and its tools parse them."""
     return (ref.run_name or ref.run_id, ref.number_text or ref.checkpoint_id)
 
 
@@ -192,7 +188,7 @@ class Statistics:
     def _model(self, ref: ModelRef) -> ModelStats:
         model = self._models.get(ref.key)
         if model is None:
-            model = self._models[ref.key] = ModelStats(*statistics_labels(ref))
+            model = self._models[ref.key] = ModelStats(*model_labels(ref))
         return model
 
     def success(self, ref: ModelRef, timing: Timing, duration_ns: int) -> None:
@@ -250,6 +246,6 @@ class Statistics:
 
     def zero(self, ref: ModelRef, name: str = "") -> ModelStats:
         """The statistics of a version that has had no request yet."""
-        stats = ModelStats(*statistics_labels(ref))
+        stats = ModelStats(*model_labels(ref))
         stats.name = name or stats.name
         return stats

@@ -68,7 +68,7 @@ def test_metrics_count_successes_failures_rows_and_latency(served, valid_x):
         with pytest.raises(NotFoundError):
             client.predict("no-such-model", valid_x.iloc[:3])  # counts for no model
     m = scrape(address)
-    c1, c2 = (MODEL, "c1"), (MODEL, "c2")
+    c1, c2 = (MODEL, "1"), (MODEL, "2")  # labelled by number, as Triton labels its versions
     assert m["nv_inference_request_success_total"] == {c1: 3.0, c2: 1.0}
     assert m["nv_inference_request_failure_total"] == {c1: 1.0, c2: 0.0}
     assert m["nv_inference_count_total"] == {c1: 13.0, c2: 4.0}
