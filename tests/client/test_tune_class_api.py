@@ -8,7 +8,7 @@ import os
 import pytest
 import ray.tune
 
-from trainwire import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig, tune
+from trainwire import CheckpointConfig, RunConfig, ScalingConfig, tune
 from trainwire.tune.class_trainable import Trainable
 from trainwire.tune.trainable import as_trainer
 

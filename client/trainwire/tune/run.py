@@ -186,7 +186,7 @@ def _tuner(
     if isinstance(scheduler, str):
         scheduler = create_scheduler(scheduler)
     run_config = RunConfig(
-        name=experiment.name,
+        name=experiment.name or None,
         storage_path=experiment.storage_path,
         stop=experiment.stop,
         failure_config=FailureConfig(max_failures=experiment.max_failures),
@@ -223,7 +223,9 @@ def _tuner(
 def _raise_if_failed(analysis: ExperimentAnalysis, raise_on_failed_trial: bool) -> None:
     incomplete = [t for t in analysis.trials if t.status != "TERMINATED"]
     if incomplete and raise_on_failed_trial:
-        raise TuneError("Trials did not complete", incomplete)
+        error = TuneError("Trials did not complete", None, analysis)
+        error.args = ("Trials did not complete", incomplete)  # as Ray's: the message, then the trials
+        raise error
 
 
 def run(
