@@ -5,9 +5,10 @@ from __future__ import annotations
 import asyncio
 import math
 from dataclasses import dataclass
+from typing import Any
 
 from trainwire_coordinator.fit_checks import FitChecks, carried_code
-from trainwire_coordinator.tune.schedulers import ASHAScheduler, FIFOScheduler, make_scheduler
+from trainwire_coordinator.tune.schedulers import make_scheduler
 from trainwire_coordinator.tune.searchers import (
     SEARCHER_FIELD,
     Searcher,
@@ -31,7 +32,7 @@ class Plan:
 
     space: SearchSpace
     searcher: Searcher
-    scheduler: FIFOScheduler | ASHAScheduler
+    scheduler: Any
     metric: str
     mode: str
 
@@ -58,7 +59,7 @@ def make_plan(request: tune_pb2.TuneRequest) -> Plan:
         raise InvalidArgumentError("max_concurrent_trials must be >= 0", field="tune_config.max_concurrent_trials")
     if not math.isfinite(config.time_budget_s) or config.time_budget_s < 0:
         raise InvalidArgumentError("time_budget_s must be >= 0", field="tune_config.time_budget_s")
-    needs_metric = scheduler_spec.name not in ("", "fifo") or alg.name == "optuna"
+    needs_metric = scheduler_spec.name not in ("", "fifo", "pbt_replay") or alg.name == "optuna"
     owners = (("scheduler", scheduler_spec.metric, scheduler_spec.mode), ("search_alg", alg.metric, alg.mode))
     for owner, own_metric, own_mode in owners:
         if own_metric and metric and own_metric != metric:
@@ -85,7 +86,13 @@ def make_plan(request: tune_pb2.TuneRequest) -> Plan:
             f"at most {MAX_TRIALS}",
             field="tune_config.num_samples",
         )
-    return Plan(space, make_searcher(request, space, mode), make_scheduler(scheduler_spec, mode), metric, mode)
+    if scheduler_spec.name in ("pbt", "pbt_replay") and alg.name not in ("", "variant_generator"):
+        raise InvalidArgumentError(  # as Ray's on_trial_add
+            f"Search algorithms cannot be used with {scheduler_spec.name} schedulers. Please remove {alg.name}.",
+            field="tune_config.search_alg.name",
+        )
+    scheduler = make_scheduler(scheduler_spec, mode, metric)
+    return Plan(space, make_searcher(request, space, mode), scheduler, metric, mode)
 
 
 def carries_code(request: tune_pb2.TuneRequest) -> bool:
@@ -93,6 +100,7 @@ def carries_code(request: tune_pb2.TuneRequest) -> bool:
     return (
         carried_code(request.trainer)
         or bool(request.pickled_stopper)
+        or bool(request.tune_config.scheduler.pickled_code)
         or any(p.domain.sampler == "sample_from" for p in request.search_space)
     )
 
@@ -105,6 +113,11 @@ def check_access(request: tune_pb2.TuneRequest, caller: Caller, allow_pickled_co
         raise PermissionDeniedError(
             "this coordinator does not accept pickled code: a Stopper or stop function needs it; give a dict",
             field="run_config.stop",
+        )
+    if request.tune_config.scheduler.pickled_code and not allow_pickled_code:
+        raise PermissionDeniedError(
+            "this coordinator does not accept pickled code: PBT's functions need it; give lists or search domains",
+            field="tune_config.scheduler.pickled_code",
         )
     for i, param in enumerate(request.search_space):
         if param.domain.sampler == "sample_from" and not allow_pickled_code:

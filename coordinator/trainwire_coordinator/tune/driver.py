@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import copy
 import logging
 import math
 import time
@@ -13,7 +14,19 @@ from google.protobuf import timestamp_pb2
 from trainwire_coordinator.fit_checks import cluster_view
 from trainwire_coordinator.run_state import TERMINAL, stop_reached
 from trainwire_coordinator.tune.checks import Plan
+from trainwire_coordinator.tune.pbt import RemoteExplorer
 from trainwire_coordinator.tune.schedulers import SCHEDULER_FIELD, FIFOScheduler, Stop
+from trainwire_coordinator.tune.scheduling import (
+    ERROR,
+    PAUSE,
+    PAUSED,
+    PENDING,
+    RUNNING,
+    STOP,
+    TERMINATED,
+    ControllerScheduler,
+    SchedTrial,
+)
 from trainwire_coordinator.tune.searchers import SEARCHER_FIELD, library_error
 from trainwire_coordinator.tune.space import flatten, nest
 from trainwire_coordinator.tune.stoppers import SearchStopper
@@ -60,6 +73,18 @@ class TuneDriver:
         self.stopper = SearchStopper(tune.request.pickled_stopper) if tune.request.pickled_stopper else None
         self.stop_dict = dict(tune.request.trainer.run_config.stop)
         self.started_at: dict[int, float] = {}
+        # Schedulers that Ray's TuneController drives (HyperBand, PBT, ...): this driver is their controller.
+        self.sched = plan.scheduler if isinstance(plan.scheduler, ControllerScheduler) else None
+        self.sched_trials: dict[int, SchedTrial] = {}
+        self.acting = True
+        # Trials a scheduler paused whose run is ending: the trial whose checkpoint they go on from, the
+        # config, the checkpoint chosen and the clone's training_iteration it was chosen at.
+        self.pausing: dict[int, tuple[int, Any, Any, Any]] = {}
+        # A trial's committed checkpoints: by the training_iteration they were reported at, and the latest.
+        self.checkpoints: dict[int, tuple[str, int]] = {}
+        self.checkpoint_at: dict[int, dict[int, str]] = {}
+        self.checkpoint_iteration: dict[str, int] = {}
+        self.resolving: set[int] = set()
 
     # --- the search's loop -----------------------------------------------------------
     async def main(self) -> None:
@@ -91,6 +116,9 @@ class TuneDriver:
         finally:
             if self.stopper is not None and self.tune.state not in TUNE_ACTIVE:
                 self.stopper.close()
+            explorer = getattr(self.sched, "explorer", None)
+            if explorer is not None and self.tune.state not in TUNE_ACTIVE:
+                explorer.close()
 
     def _active(self) -> list[tune_pb2.Trial]:
         return [t for t in self.tune.trials if t.state not in TERMINAL]
@@ -136,7 +164,10 @@ class TuneDriver:
                     f"(max_concurrent_trials={limit})"
                 )
                 return
-            trial = waiting[0] if waiting else await self._next_trial()
+            if self.sched is None:
+                trial = waiting[0] if waiting else await self._next_trial()
+            else:  # the scheduler picks among pending and paused trials, as Ray's choose_trial_to_run
+                trial = self._choose(waiting) or await self._next_trial()
             if trial is None:
                 return
             request = self._request(trial)
@@ -184,6 +215,8 @@ class TuneDriver:
             config = await asyncio.to_thread(resolve_sample_from, self.plan.space.derived, config, function)
         trial = self.tune.trials.add(index=index, state=common_pb2.PENDING)
         trial.config.CopyFrom(to_struct(config, "search_space"))
+        if self.sched is not None:
+            await self._add_to_scheduler(trial)
         # Recorded before its run is made: a coordinator taking over finds it and makes the same run.
         await self.save()
         return trial
@@ -191,7 +224,12 @@ class TuneDriver:
     def _request(self, trial: tune_pb2.Trial) -> coordinator_pb2.FitRequest:
         config = merge_dicts(self.plan.space.constants, struct_to_dict(trial.config))
         key = f"tune/{self.tune.tune_id}/{trial.index}"
-        return trial_request(self.tune.request.trainer, config, trial_name(self.tune.name, trial.index), key)
+        if trial.past_run_ids:  # a paused trial goes on in a run of its own
+            key += f"/{len(trial.past_run_ids)}"
+        request = trial_request(self.tune.request.trainer, config, trial_name(self.tune.name, trial.index), key)
+        if trial.resume_from_checkpoint:
+            request.resume_from_checkpoint = trial.resume_from_checkpoint
+        return request
 
     async def _start(self, trial: tune_pb2.Trial, request: coordinator_pb2.FitRequest) -> None:
         try:
@@ -205,6 +243,8 @@ class TuneDriver:
             return
         trial.run_id = run.run_id
         self.started_at.setdefault(trial.index, time.time())
+        if trial.index in self.sched_trials:
+            self.sched_trials[trial.index].status = RUNNING
         self.by_run[run.run_id] = trial
         self.manager.by_run[run.run_id] = self
         # Its first events may have come before the driver knew the run: take its state as it is now.
@@ -267,8 +307,18 @@ class TuneDriver:
         if kind == "metrics":
             self.on_result(trial, event.metrics, act=True)
             self._save_soon()
+        elif kind == "checkpoint":
+            iteration = trial.iteration_offset + event.checkpoint.index
+            self.checkpoints[trial.index] = (event.checkpoint.uri, iteration)
+            self.checkpoint_at.setdefault(trial.index, {})[iteration] = event.checkpoint.uri
+            self.checkpoint_iteration[event.checkpoint.uri] = iteration
+            if trial.index in self.sched_trials:
+                self.sched_trials[trial.index].checkpoint = event.checkpoint.uri
         elif kind == "state_change" and trial.state not in TERMINAL:
             change = event.state_change
+            if change.state == common_pb2.CANCELLED and trial.index in self.pausing:
+                self._paused(trial)
+                return
             trial.state, trial.state_reason = change.state, change.reason
             if change.state in TERMINAL:
                 self._trial_ended(trial)
@@ -281,7 +331,8 @@ class TuneDriver:
         """Records a trial's report and asks the scheduler about it (``act``: stop the trial if it says so)."""
         reported = struct_to_dict(event.metrics)
         metrics = flatten_metrics(reported)
-        metrics.setdefault("training_iteration", event.report_index)  # as Ray Tune counts results
+        # As Ray Tune counts results; a trial that went on from a checkpoint counts on from it.
+        metrics.setdefault("training_iteration", trial.iteration_offset + event.report_index)
         trial.last_result.CopyFrom(metrics_to_struct(metrics))
         trial.num_reports += 1
         self._ask_stoppers(trial, reported, metrics, act)
@@ -307,6 +358,9 @@ class TuneDriver:
         scheduler = self.plan.scheduler
         if isinstance(scheduler, FIFOScheduler) or trial.index in self.stops:
             return
+        if self.sched is not None:
+            self._ask_scheduler(trial, metrics, act)
+            return
         progress = _number(metrics.get(scheduler.time_attr))
         if progress is None:
             if act:
@@ -327,6 +381,162 @@ class TuneDriver:
             self.stops[trial.index] = stop
             if act and trial.run_id:
                 self._spawn(self.runs.cancel(trial.run_id, stop.reason))
+
+    # --- a scheduler Ray's controller drives (HyperBand, MedianStoppingRule, PBT) --------------
+    def get_trials(self) -> list[SchedTrial]:
+        """The search's trials as the scheduler sees them (Ray's ``TuneController.get_trials``)."""
+        return [self.sched_trials[t.index] for t in self.tune.trials if t.index in self.sched_trials]
+
+    def get_live_trials(self) -> list[SchedTrial]:
+        return [t for t in self.get_trials() if not t.is_finished()]
+
+    def stop_trial(self, st: SchedTrial) -> None:
+        """Stops a trial for the scheduler, as Ray's ``stop_trial``: the scheduler hears of it first."""
+        assert self.sched is not None
+        if st.is_finished():
+            return
+        if st.status in (PENDING, PAUSED):
+            self.sched.on_trial_remove(self, st)
+        else:
+            self.sched.on_trial_complete(self, st, st.last_result)
+        was, st.status = st.status, TERMINATED
+        if not self.acting:
+            return
+        trial = self.tune.trials[st.index]
+        progress = _number(st.last_result.get(self.sched.time_attr))
+        max_t = getattr(self.sched, "max_t", None)
+        early = not (max_t is not None and progress is not None and progress >= max_t)
+        at = f" at {self.sched.time_attr} {_num(progress)}" if progress is not None else ""
+        reason = f"stopped by {self.sched.display_name}{at}"
+        self.pausing.pop(st.index, None)
+        if trial.run_id and was == RUNNING:
+            self.stops[st.index] = Stop(reason, early=early)
+            self._spawn(self.runs.cancel(trial.run_id, reason))
+        elif trial.state not in TERMINAL:  # paused: its run has ended, or is ending
+            self.stops[st.index] = Stop(reason, early=early)
+            if not trial.run_id:
+                trial.state, trial.state_reason, trial.early_stopped = common_pb2.CANCELLED, reason, early
+                if not early:
+                    trial.state = common_pb2.SUCCEEDED
+                self.tell_searcher(trial)
+                self._update_best()
+                self._save_soon()
+
+    def pause_trial(self, st: SchedTrial) -> None:
+        """Pauses a trial: its run ends, and it goes on later in a new run from its latest checkpoint."""
+        self._restart_later(st, st, None, None, st.last_result.get("training_iteration"))
+
+    def exploit(self, st: SchedTrial, source: SchedTrial, config: Any, checkpoint: Any, at: Any = None) -> None:
+        """PBT's exploit: the trial goes on from ``source``'s checkpoint (the one of its result at
+        training_iteration ``at`` once committed, else ``checkpoint``) with ``config``."""
+        self._restart_later(st, source, config, checkpoint, at)
+
+    def _restart_later(self, st: SchedTrial, source: SchedTrial, config: Any, checkpoint: Any, at: Any) -> None:
+        st.status = PAUSED
+        if not self.acting:
+            return
+        trial = self.tune.trials[st.index]
+        self.pausing[st.index] = (source.index, config, checkpoint, at)
+        if trial.run_id and trial.state not in TERMINAL:
+            assert self.sched is not None
+            what = "paused" if source is st else f"exploits trial {source.index}"
+            self._spawn(self.runs.cancel(trial.run_id, f"{what} ({self.sched.display_name})"))
+        elif not trial.run_id:  # already paused (synchronous PBT): it only takes the new checkpoint and config
+            self._paused(trial)
+
+    def _choose(self, waiting: list[tune_pb2.Trial]) -> tune_pb2.Trial | None:
+        assert self.sched is not None
+        try:
+            st = self.sched.choose_trial_to_run(self)
+        except Exception as exc:
+            raise library_error(self.sched.display_name, exc, SCHEDULER_FIELD, started=True) from exc
+        ready = {t.index: t for t in waiting if t.index not in self.resolving and t.index not in self.pausing}
+        return ready.get(st.index) if st is not None else None
+
+    async def _add_to_scheduler(self, trial: tune_pb2.Trial) -> None:
+        assert self.sched is not None
+        config = self._trial_config(trial)
+        st = self.sched_trials[trial.index] = SchedTrial(trial.index, copy.deepcopy(config))
+        try:
+            self.sched.on_trial_add(self, st)
+        except TrainwireError:
+            raise
+        except Exception as exc:
+            raise library_error(self.sched.display_name, exc, SCHEDULER_FIELD, started=True) from exc
+        if st.config != config:
+            self._set_trial_config(trial, st.config)
+
+    def _set_trial_config(self, trial: tune_pb2.Trial, config: dict[str, Any]) -> None:
+        """Records the config the scheduler gave a trial (keyed like param_space)."""
+        keyed = {"train_loop_config": config} if self.tune.request.function_trainable else config
+        trial.config.CopyFrom(to_struct(keyed, "tune_config.scheduler"))
+
+    def _ask_scheduler(self, trial: tune_pb2.Trial, metrics: dict[str, Any], act: bool) -> None:
+        assert self.sched is not None
+        st = self.sched_trials.get(trial.index)
+        if st is None:  # a trial recorded before this coordinator took the search over
+            st = self.sched_trials[trial.index] = SchedTrial(trial.index, self._trial_config(trial))
+            self.sched.on_trial_add(self, st)
+        if st.is_finished() or st.status == PAUSED:
+            return
+        st.status = RUNNING
+        result = dict(metrics)
+        result.setdefault("time_total_s", time.time() - self.started_at.setdefault(trial.index, time.time()))
+        st.last_result = result
+        self.acting = act
+        try:
+            decision = self.sched.on_trial_result(self, st, result)
+            if decision == STOP:
+                self.stop_trial(st)
+            elif decision == PAUSE:
+                self.pause_trial(st)
+        except TrainwireError as exc:
+            self._library_failed(exc, act)
+        except Exception as exc:  # a scheduler's bug or refusal: the search fails naming it
+            self._library_failed(library_error(self.sched.display_name, exc, SCHEDULER_FIELD, started=True), act)
+        finally:
+            self.acting = True
+
+    def _paused(self, trial: tune_pb2.Trial) -> None:
+        """A paused trial's run has ended: the trial waits to go on from the chosen checkpoint."""
+        source, config, chosen, at = self.pausing.pop(trial.index)
+        if trial.run_id:
+            trial.past_run_ids.append(trial.run_id)
+            self.by_run.pop(trial.run_id, None)
+            trial.run_id = ""
+        # Ray saves the clone at the result it decided on; that checkpoint is committed just after the
+        # result's event, so it is taken here, once the paused run has ended, when it exists.
+        uri = self.checkpoint_at.get(source, {}).get(at) if at is not None else None
+        uri = uri or chosen or self.checkpoints.get(source, ("", 0))[0]
+        iteration = self.checkpoint_iteration.get(uri, 0) if uri else 0
+        trial.resume_from_checkpoint, trial.iteration_offset = uri, iteration
+        assert self.sched is not None
+        if source == trial.index:
+            what = f"paused by {self.sched.display_name}"
+        else:
+            what = f"exploits trial {source} ({self.sched.display_name})"
+        at = f"its checkpoint at training_iteration {iteration}" if uri else "the start (no checkpoint)"
+        trial.state, trial.state_reason = common_pb2.PENDING, f"{what}; goes on from {at}"
+        if config is not None and not isinstance(config, dict):  # explored in the actor: a reference
+            self.resolving.add(trial.index)
+            self._spawn(self._resolve_config(trial, config))
+        elif config is not None:
+            self._set_trial_config(trial, config)
+        self.wake.set()
+        self._save_soon()
+
+    async def _resolve_config(self, trial: tune_pb2.Trial, ref: Any) -> None:
+        try:
+            config = await RemoteExplorer.answer(ref)
+        except TrainwireError as exc:
+            await self.fail(exc.message, exc.field)
+            return
+        finally:
+            self.resolving.discard(trial.index)
+        self.sched_trials[trial.index].config = config
+        self._set_trial_config(trial, config)
+        self.wake.set()
+        await self.save()
 
     def _ask_stoppers(
         self, trial: tune_pb2.Trial, reported: dict[str, Any], metrics: dict[str, Any], act: bool
@@ -376,6 +586,18 @@ class TuneDriver:
         return config.get("train_loop_config", {}) if self.tune.request.function_trainable else config
 
     def _trial_ended(self, trial: tune_pb2.Trial) -> None:
+        st = self.sched_trials.get(trial.index)
+        if self.sched is not None and st is not None and not st.is_finished():
+            try:
+                if trial.state == common_pb2.FAILED:
+                    st.status = ERROR
+                    self.sched.on_trial_error(self, st)
+                else:
+                    self.sched.on_trial_complete(self, st, st.last_result)
+                    st.status = TERMINATED
+            except Exception as exc:
+                self._library_failed(library_error(self.sched.display_name, exc, SCHEDULER_FIELD, started=True), True)
+            self.wake.set()  # a bracket may have been processed: paused trials may run now
         stop = self.stops.get(trial.index)
         if stop is not None and trial.state == common_pb2.CANCELLED:
             trial.state_reason = stop.reason
@@ -461,6 +683,10 @@ def _number(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
     return float(value) if math.isfinite(value) else None
+
+
+def _num(value: float | None) -> str:
+    return str(int(value)) if value is not None and float(value).is_integer() else f"{value:g}"
 
 
 def _resources(values: dict[str, float], only: dict[str, float] | None = None) -> str:

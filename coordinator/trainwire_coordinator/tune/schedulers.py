@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
+from trainwire_coordinator.tune import pbt, scheduling
 from trainwire_core.errors import InvalidArgumentError
+from trainwire_core.structs import struct_to_dict
 from trainwire_core.v1 import tune_pb2
 
 SCHEDULER_FIELD = "tune_config.scheduler"
@@ -124,15 +127,33 @@ def _number(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else f"{value:g}"
 
 
-def make_scheduler(spec: tune_pb2.TrialScheduler, mode: str) -> FIFOScheduler | ASHAScheduler:
-    """The request's scheduler (default: FIFO)."""
+def make_scheduler(spec: tune_pb2.TrialScheduler, mode: str, metric: str = "") -> Any:
+    """The request's scheduler (default: FIFO).
+
+    FIFO and ASHA decide on each report alone (``on_result``); the others are driven as Ray's
+    TuneController drives them (``scheduling.ControllerScheduler``).
+    """
     name = spec.name or "fifo"
+    options = struct_to_dict(spec.options)
     if name == "fifo":
         return FIFOScheduler()
     if name in ("asha", "async_hyperband"):
         return ASHAScheduler(spec, mode)
+    if name == "median_stopping_rule":
+        return scheduling.MedianStoppingRule(options, metric, mode)
+    if name == "hyperband":
+        return scheduling.HyperBandScheduler(options, metric, mode)
+    if name == "hb_bohb":
+        return scheduling.HyperBandForBOHB(options, metric, mode)
+    if name == "pbt":
+        return pbt.make_pbt(spec, options, metric, mode)
+    if name == "pbt_replay":
+        return pbt.PopulationBasedTrainingReplay(options)
     raise InvalidArgumentError(
-        f"unknown scheduler {name!r}; known: fifo, asha (HyperBandScheduler's synchronous rounds are not "
-        "offered: ASHA is its asynchronous form)",
+        f"unknown scheduler {name!r}; known: {', '.join(NAMES)}",
         field="tune_config.scheduler.name",
     )
+
+
+# The schedulers a request may name (ResourceChangingScheduler travels as its base scheduler).
+NAMES = ("fifo", "asha", "async_hyperband", "median_stopping_rule", "hyperband", "hb_bohb", "pbt", "pbt_replay")
