@@ -46,6 +46,8 @@ def routes(backend: ConsoleBackend) -> list[Route]:
         Route("/runs/{run}", run.run_page),
         Route("/api/runs/{run}/series", run.run_series),
         Route("/api/runs/{run}/events", run.run_events),
+        Route("/api/runs/{run}/scores", run.run_scores),
+        Route("/api/runs/{run}/sparkline", run.run_sparkline),
         Route("/api/runs/{run}/logs", run.run_logs),
         Route("/runs/{run}/cancel", run.run_cancel, methods=["POST"]),
         Route("/runs/{run}/checkpoints/{checkpoint}", checkpoints.checkpoint_files),

@@ -31,6 +31,8 @@ from trainwire.client import CoordinatorClient
 from trainwire.predictor_client import PredictorClient
 from trainwire_console.feeds import Feeds
 from trainwire_console.quantiles import Buckets, duration_buckets, quantiles_ms, sum_buckets
+from trainwire_console.scores import score_config, served_checkpoint_id
+from trainwire_console.sparklines import Sparklines
 from trainwire_core.auth import CANCEL, READ
 from trainwire_core.errors import InvalidArgumentError, TrainwireError
 from trainwire_core.grpc_status import from_rpc_error
@@ -114,6 +116,7 @@ def replica_histograms(url: str, timeout_s: float = METRICS_TIMEOUT_S) -> dict[t
 def run_summary(run: coordinator_pb2.Run, now_s: float) -> dict[str, Any]:
     """A run as a row of the runs list."""
     created = run.created_at.ToMicroseconds() / 1e6
+    score_attribute, order = score_config(run)
     return {
         "run_id": run.run_id,
         "name": run.name,
@@ -129,6 +132,8 @@ def run_summary(run: coordinator_pb2.Run, now_s: float) -> dict[str, Any]:
         "reports": run.last_report_index,
         "created_s": created,
         "age_s": max(now_s - created, 0.0),
+        "score_attribute": score_attribute,
+        "score_order": order,
     }
 
 
@@ -237,9 +242,13 @@ class ConsoleBackend:
         self.default = Session(CoordinatorClient(address, token=token or "", tls=self.tls))
         self.client = self.default.client
         self.feeds = Feeds()
+        self.sparklines = Sparklines(self.feeds)
         self.predictor = predictor
         self._predictor_token = predictor_token if predictor_token is not None else (token or "")
         self._predictors: dict[str, PredictorClient] = {}
+        # (run id, checkpoint number) -> checkpoint id: the predictors report a version by its number,
+        # which is never reused in a run, so what is learnt once holds.
+        self._numbered: dict[tuple[str, str], str] = {}
         self.predictor_metrics = list(predictor_metrics)
         # Signed-in users' sessions by token, the least recently used closed first.
         self._sessions: OrderedDict[str, Session] = OrderedDict()
@@ -340,6 +349,7 @@ class ConsoleBackend:
                 row["infer_ns"] += st.compute_infer.ns
                 row["last_inference_ms"] = max(row["last_inference_ms"], s.last_inference)
         p99 = self.p99_latencies_ms()
+        self._name_checkpoints(list(rows.values()))
         out = []
         for row in rows.values():
             row["p99_latency_ms"] = p99.get((row["model"], row["version"]))
@@ -347,6 +357,47 @@ class ConsoleBackend:
             row["mean_queue_ms"] = row["queue_ns"] / row["queue_count"] / 1e6 if row["queue_count"] else None
             out.append(row)
         return sorted(out, key=lambda r: (r["model"], r["version"]))
+
+    def _name_checkpoints(self, rows: list[dict[str, Any]]) -> None:
+        """Adds each row's checkpoint id and whether it is its run's served (default) version.
+
+        The predictors report a version by its number; the coordinator names the run's kept
+        checkpoints (GetRun of the model's name, with the console's token), and the predictors give
+        the number of each (ModelStatistics of a checkpoint id reports it under its number). What is
+        learnt is kept, so each checkpoint is asked about once.
+        """
+        for model in {r["model"] for r in rows if r["model"]}:
+            try:
+                run = self.client.get_run(model)
+            except TrainwireError:
+                continue
+            served = served_checkpoint_id(run)
+            kept = [c.checkpoint_id for c in run.best_checkpoints]
+            if run.HasField("latest_checkpoint"):
+                kept.append(run.latest_checkpoint.checkpoint_id)
+            with self._sessions_lock:
+                known = {n: cid for (rid, n), cid in self._numbered.items() if rid == run.run_id}
+            numbers = {r["version"] for r in rows if r["model"] == model and r["version"].isdigit()}
+            if not numbers <= set(known) and self.predictor:
+                asked = set(known.values())
+                for cid in dict.fromkeys(kept):
+                    if cid in asked:
+                        continue
+                    request = pb.ModelStatisticsRequest(name=model, version=cid)
+                    try:
+                        stats = self._predictor(predictor_targets(self.predictor)[0])._call("ModelStatistics", request)
+                    except TrainwireError:
+                        continue  # not in the predictors' index yet: asked again on the next refresh
+                    for s in stats.model_stats:
+                        if s.version.isdigit():
+                            known[s.version] = cid
+                            with self._sessions_lock:
+                                self._numbered[(run.run_id, s.version)] = cid
+            for row in rows:
+                if row["model"] == model:
+                    checkpoint = known.get(row["version"], "" if row["version"].isdigit() else row["version"])
+                    row["checkpoint_id"] = checkpoint
+                    row["served"] = bool(checkpoint) and checkpoint == served
 
     def p99_latencies_ms(self) -> dict[tuple[str, str], float]:
         """p99 request latency per (model, version), from the predictors' histograms summed over replicas.
@@ -408,4 +459,6 @@ def _empty_row(model: str, version: str) -> dict[str, Any]:
         "queue_ns": 0,
         "infer_ns": 0,
         "last_inference_ms": 0,
+        "checkpoint_id": "",
+        "served": False,
     }

@@ -28,6 +28,7 @@ from trainwire_console.backend import STATES, ConsoleBackend, run_summary
 from trainwire_console.errors import error_response
 from trainwire_console.live_list import RunsWatcher
 from trainwire_console.pages import COOKIE, Pages, call
+from trainwire_console.scores import metric_order, run_scores, served_checkpoint_id
 from trainwire_core.errors import TrainwireError
 from trainwire_core.structs import struct_to_dict
 from trainwire_core.v1 import common_pb2
@@ -131,6 +132,9 @@ class RunEndpoints:
         if run.HasField("latest_checkpoint"):
             checkpoints.setdefault(run.latest_checkpoint.checkpoint_id, run.latest_checkpoint)
         config = run.request.run_config.checkpoint_config
+        served = served_checkpoint_id(run)
+        scored = config.checkpoint_score_attribute and run.best_checkpoints
+        best = run.best_checkpoints[0].checkpoint_id if scored else ""
         ckpts = [
             {
                 "id": c.checkpoint_id,
@@ -142,19 +146,27 @@ class RunEndpoints:
                 else None,
                 "created": c.created_at.ToDatetime().isoformat(timespec="seconds") if c.HasField("created_at") else "",
                 "latest": run.HasField("latest_checkpoint") and c.checkpoint_id == run.latest_checkpoint.checkpoint_id,
+                "best": c.checkpoint_id == best,
+                "served": c.checkpoint_id == served,
             }
             for c in sorted(checkpoints.values(), key=lambda c: -c.index)
         ]
         summary = run_summary(run, time.time())
+        score = config.checkpoint_score_attribute
+        metrics = metric_order(list(feed.columns) or sorted(struct_to_dict(run.latest_metrics)), score, "time")
         return await self.pages.page(
             request,
             "run.html",
             run=summary,
             error=json_format.MessageToDict(run.error) if run.HasField("error") else None,
             ended=run.state in TERMINAL_STATES,
-            metrics=sorted(feed.columns) or sorted(struct_to_dict(run.latest_metrics)),
+            # The score metric first (checked and drawn first); the page hides the x axis's own metric.
+            metrics=metrics,
+            checked=[m for m in metrics if m != "training_iteration"][:4],
             checkpoints=ckpts,
             score_attribute=config.checkpoint_score_attribute,
+            score_order="min" if config.checkpoint_score_order == "min" else "max",
+            served=served,
             config_json=json.dumps(request_dict, indent=2, sort_keys=True),
             num_workers=max(run.request.scaling_config.num_workers, 1),
             compare=request.query_params.get("compare", ""),
@@ -176,9 +188,32 @@ class RunEndpoints:
         width = min(max(int(q.get("width", "800") or 800), 10), MAX_WIDTH_PX)
         metrics = [m for m in q.get("metrics", "").split(",") if m] or sorted(feed.columns)
         body = feed.series(metrics, x, width)
-        body |= {"name": run.name, "state": common_pb2.RunState.Name(run.state), "metrics": sorted(feed.columns)}
+        score = run.request.run_config.checkpoint_config.checkpoint_score_attribute
+        reported = metric_order(list(feed.columns), score, "")
+        body |= {"name": run.name, "state": common_pb2.RunState.Name(run.state), "metrics": reported}
         body["complete"] = feed.caught_up.is_set()
         return JSONResponse(body)
+
+    async def run_scores(self, request: Request) -> Response:
+        """The run's score metric and kept checkpoints: which is best, which the predictors serve (JSON)."""
+        session = self.pages.session_of(request)
+        try:
+            run = await call(session.get_run, request.path_params["run"])
+        except TrainwireError as err:
+            return error_response(err)
+        feed = self.backend.feeds.get(run, session.client)
+        await call(feed.caught_up.wait, SERIES_WAIT_S)
+        return JSONResponse(run_scores(run, list(feed.columns)))
+
+    async def run_sparkline(self, request: Request) -> Response:
+        """The run's score metric over its reports, cut to a sparkline, with its best and last value (JSON)."""
+        session = self.pages.session_of(request)
+        try:
+            run = await call(session.get_run, request.path_params["run"])
+            body = await call(self.backend.sparklines.of, run, session.client)
+        except TrainwireError as err:
+            return error_response(err)
+        return JSONResponse(body | {"run_id": run.run_id, "reports": run.last_report_index})
 
     async def run_events(self, request: Request) -> Response:
         """Server-sent events of a run: ``metrics``, ``state_change``, ``checkpoint``, ``worker_error``, ``end``."""

@@ -70,6 +70,7 @@ class Pages:
         context |= {
             "abilities": abilities,
             "models_enabled": bool(self.backend.predictor),
+            "coordinator": self.backend.address,
             "signed_in": bool(request.cookies.get(COOKIE)),
             "csrf_token": token,
         }

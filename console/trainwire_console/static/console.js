@@ -48,7 +48,116 @@ const trainwire = (() => {
     }, 300);
   }
 
+  // --- the runs list: each run's score, best value and sparkline; picking runs to compare ----------
+  const sparkQueue = [];
+  let sparkLoads = 0;
+  const sparkAsked = new Map();
+
+  function drawSpark(row, body) {
+    const cell = $("[data-field=spark]", row);
+    const best = $("[data-field=best]", row);
+    if (!body.score_attribute && body.metric) {
+      $("[data-field=score]", row).innerHTML = '<span class="small" title="no checkpoint score attribute: the first reported metric"></span>';
+      $("[data-field=score] span", row).textContent = body.metric;
+    }
+    const value = body.best != null ? body.best : body.last;
+    best.textContent = value == null ? "" : fmt(value);
+    best.title = body.best != null ? `best ${body.metric} of the run's reports` : body.last != null ? `last ${body.metric}` : "";
+    cell.textContent = "";
+    const pts = body.points;
+    if (!pts.length) return;
+    const W = 120, H = 26, P = 2;
+    const xs = pts.map((p) => p[0]), ys = pts.map((p) => p[1]);
+    const [x0, x1, y0, y1] = [Math.min(...xs), Math.max(...xs), Math.min(...ys), Math.max(...ys)];
+    const sx = (v) => P + (x1 > x0 ? (v - x0) / (x1 - x0) : 0.5) * (W - 2 * P);
+    const sy = (v) => H - P - (y1 > y0 ? (v - y0) / (y1 - y0) : 0.5) * (H - 2 * P);
+    const svg = document.createElementNS("http://www.w3.org/2000/svg", "svg");
+    svg.setAttribute("width", W);
+    svg.setAttribute("height", H);
+    svg.setAttribute("class", "sparkline");
+    const line = document.createElementNS(svg.namespaceURI, "polyline");
+    line.setAttribute("points", pts.map(([a, b]) => `${sx(a).toFixed(1)},${sy(b).toFixed(1)}`).join(" "));
+    svg.append(line);
+    if (body.best != null) {
+      const at = pts.find((p) => p[1] === body.best);
+      const dot = document.createElementNS(svg.namespaceURI, "circle");
+      dot.setAttribute("cx", sx(at[0]).toFixed(1));
+      dot.setAttribute("cy", sy(at[1]).toFixed(1));
+      dot.setAttribute("r", 2.5);
+      svg.append(dot);
+    }
+    const title = document.createElementNS(svg.namespaceURI, "title");
+    title.textContent = `${body.metric} over ${body.reports} reports`;
+    svg.append(title);
+    cell.append(svg);
+    cell.dataset.points = pts.length;
+  }
+
+  // A few at a time: each ended run's history is read once by the console, then kept.
+  function pumpSparks() {
+    while (sparkLoads < 4 && sparkQueue.length) {
+      const runId = sparkQueue.shift();
+      sparkLoads += 1;
+      fetch(`/api/runs/${encodeURIComponent(runId)}/sparkline`)
+        .then((r) => (r.ok ? r.json() : null))
+        .then((body) => {
+          const row = document.getElementById(`run-${runId}`);
+          if (body && row) drawSpark(row, body);
+        })
+        .catch(() => {})
+        .finally(() => { sparkLoads -= 1; pumpSparks(); });
+    }
+  }
+
+  const sparkLater = new Map();
+  function loadSpark(runId, force = false) {
+    const last = sparkAsked.get(runId);
+    if (last && !force) return;
+    // A live run's sparkline is asked again at most every 2 s, however often it reports.
+    const wait = last ? 2000 - (Date.now() - last) : 0;
+    if (wait > 0) {
+      if (!sparkLater.has(runId)) {
+        sparkLater.set(runId, setTimeout(() => { sparkLater.delete(runId); loadSpark(runId, true); }, wait));
+      }
+      return;
+    }
+    sparkAsked.set(runId, Date.now());
+    if (!sparkQueue.includes(runId)) sparkQueue.push(runId);
+    pumpSparks();
+  }
+
+  const picked = [];
+  function syncPicks() {
+    for (const box of $$("input.pick")) box.checked = picked.includes(box.value);
+    const button = $("#compare");
+    if (button) {
+      button.disabled = picked.length < 2;
+      button.textContent = picked.length ? `Compare selected (${picked.length})` : "Compare selected";
+    }
+  }
+
+  function compareSelected() {
+    if (picked.length < 2) return;
+    const [first, ...rest] = picked;
+    location.href = `/runs/${encodeURIComponent(first)}?compare=${encodeURIComponent(rest.join(","))}`;
+  }
+
+  function setUpRows() {
+    for (const row of $$("tr[data-run]")) loadSpark(row.dataset.run);
+    syncPicks();
+  }
+
   function followRuns() {
+    document.addEventListener("change", (e) => {
+      if (!e.target.matches("input.pick")) return;
+      const at = picked.indexOf(e.target.value);
+      if (e.target.checked && at < 0) picked.push(e.target.value);
+      if (!e.target.checked && at >= 0) picked.splice(at, 1);
+      syncPicks();
+    });
+    // A table swapped in by htmx (filters, new runs): its rows' sparklines, the picks kept.
+    document.body.addEventListener("htmx:afterSwap", setUpRows);
+    setUpRows();
     const source = new EventSource("/api/runs/live");
     source.addEventListener("run", (e) => {
       const run = JSON.parse(e.data);
@@ -60,6 +169,7 @@ const trainwire = (() => {
       const changed = setState($("[data-field=state]", row), run.state);
       $("[data-field=reason]", row).textContent = run.reason;
       $("[data-field=attempts]", row).textContent = run.attempts;
+      if (String(run.reports) !== $("[data-field=reports]", row).textContent.trim() || changed) loadSpark(run.run_id, true);
       $("[data-field=reports]", row).textContent = run.reports;
       if (changed) {
         row.classList.remove("changed");
@@ -76,24 +186,122 @@ const trainwire = (() => {
   // --- a run: curves, timeline, logs ---------------------------------------------------------
   const chart = { runId: "", runs: [], names: {}, series: {}, plots: {}, reports: 0, dirty: false, source: null, pending: null };
 
+  // The reported metric each x axis is: drawn against itself it would be a straight line.
+  const X_METRIC = { training_iteration: "training_iteration", time: "" };
+  const xMetric = () => X_METRIC[$("#curve-form").x.value] || "";
+
   function chosen() {
     const form = $("#curve-form");
+    const own = xMetric();
     return {
       x: form.x.value,
-      metrics: $$("input[name=metric]:checked", form).map((i) => i.value),
+      metrics: $$("input[name=metric]:checked", form).map((i) => i.value).filter((m) => m !== own),
       compare: form.compare.value.split(",").map((s) => s.trim()).filter(Boolean),
     };
+  }
+
+  // The metric the run is judged by: its checkpoint score attribute, else the first it reported.
+  function scoreMetric() {
+    const form = $("#curve-form");
+    if (form.dataset.scoreAttribute) return form.dataset.scoreAttribute;
+    const first = $$("input[name=metric]", form).find((i) => !Object.values(X_METRIC).includes(i.value));
+    return first ? first.value : "";
   }
 
   function addMetricChoice(name) {
     if ($(`input[name=metric][value="${CSS.escape(name)}"]`)) return;
     const label = document.createElement("label");
-    const checked = $$("input[name=metric]:checked").length < 4;
+    label.dataset.metric = name;
+    label.hidden = name === xMetric();
+    const isScore = name === $("#curve-form").dataset.scoreAttribute;
+    const checked = !label.hidden && (isScore || chosen().metrics.length < 4);
     label.innerHTML = `<input type="checkbox" name="metric" ${checked ? "checked" : ""}> `;
     label.firstChild.value = name;
     label.append(name, " ");
-    $("#metric-choices").append(label);
+    // The score metric leads (its chart is drawn first), whenever it is first reported.
+    if (isScore) $("#metric-choices").prepend(label, " ");
+    else $("#metric-choices").append(label, " ");
     if (checked) loadCurves();
+  }
+
+  // The x axis's own metric is offered only against the other axis.
+  function syncChoices() {
+    const own = xMetric();
+    for (const label of $$("#metric-choices label")) label.hidden = label.dataset.metric === own;
+  }
+
+  function fmt(v) {
+    if (v == null || Number.isNaN(v)) return "";
+    if (Number.isInteger(v)) return String(v);
+    const a = Math.abs(v);
+    return a >= 1e5 || a < 1e-3 ? v.toExponential(3) : String(Number(v.toPrecision(5)));
+  }
+
+  // A legend shows each series' latest value at rest and the value under the cursor on hover (else
+  // the run's last report before it: overlaid runs report at other steps), never uPlot's "--".
+  function legendValue(u, v, sidx, idx) {
+    const column = u.data[sidx] || [];
+    for (let i = idx == null ? column.length - 1 : idx; i >= 0; i--) if (column[i] != null) return fmt(column[i]);
+    return "no report yet";
+  }
+
+  // Kept checkpoints on the score metric's curve: the best one distinct, the served one named.
+  function placeMarkers(u, metric) {
+    u.over.querySelectorAll(".ckpt").forEach((el) => el.remove());
+    const scores = chart.scores;
+    if (!scores || metric !== scores.metric) return;
+    const { x } = chosen();
+    for (const c of scores.checkpoints) {
+      const at = x === "time" ? c.t : c.index;
+      if (at == null || c.value == null) continue;
+      const left = u.valToPos(at, "x");
+      const top = u.valToPos(c.value, "y");
+      if (!Number.isFinite(left) || !Number.isFinite(top)) continue;
+      const el = document.createElement("span");
+      el.className = ["ckpt", c.best && "best", c.served && "served", c.latest && "latest"].filter(Boolean).join(" ");
+      el.dataset.step = c.index;
+      el.dataset.checkpoint = c.id;
+      el.style.left = `${left}px`;
+      el.style.top = `${top}px`;
+      const what = [c.best && "best", c.latest && "latest", c.served && "served by default"].filter(Boolean);
+      el.title = `${c.id}: ${metric} ${fmt(c.value)} at iteration ${c.index}${what.length ? ` (${what.join(", ")})` : ""}`;
+      if (c.served) {
+        const name = document.createElement("b");
+        name.textContent = "served";
+        el.append(name);
+      }
+      u.over.append(el);
+    }
+  }
+
+  function describeCheckpoints() {
+    const key = $("#checkpoint-key");
+    const scores = chart.scores;
+    if (!key || !scores) return;
+    key.textContent = "";
+    if (!scores.checkpoints.length) {
+      key.textContent = "No checkpoint yet.";
+      return;
+    }
+    const served = scores.checkpoints.find((c) => c.served);
+    const by = scores.score_attribute
+      ? `best by ${scores.score_attribute} (${scores.order === "min" ? "lowest" : "highest"})`
+      : "no score attribute: the latest is served";
+    key.innerHTML = `On <b class="m"></b>: <span class="ckpt-key"></span> kept checkpoint${scores.score_attribute ? ', <span class="ckpt-key best"></span> best' : ""} (${by}). Served by default: <b class="mono served-id"></b>`;
+    $(".m", key).textContent = scores.metric;
+    $(".served-id", key).textContent = served ? `${served.id} (iteration ${served.index})` : scores.served;
+  }
+
+  let scoresLoad = null;
+  function loadScores() {
+    clearTimeout(scoresLoad);
+    scoresLoad = setTimeout(async () => {
+      const answer = await fetch(`/api/runs/${encodeURIComponent(chart.runId)}/scores`);
+      if (!answer.ok) return;
+      chart.scores = await answer.json();
+      describeCheckpoints();
+      for (const [metric, plot] of Object.entries(chart.plots)) placeMarkers(plot, metric);
+    }, 200);
   }
 
   // uPlot wants one x array shared by every series: the union of the runs' x values.
@@ -128,17 +336,21 @@ const trainwire = (() => {
         $("h3", box).textContent = metric;
         holder.append(box);
         const width = Math.max(box.clientWidth || 560, 300);
+        const xLabel = x === "time" ? "seconds since start" : "training iteration";
         plot = chart.plots[metric] = new uPlot({
           width, height: 220,
           scales: { x: { time: false } },
-          axes: [{ label: x === "time" ? "seconds since start" : "training iteration" }, {}],
-          series: [{}, ...chart.runs.map((run, i) => ({
+          axes: [{ label: xLabel }, {}],
+          series: [{ label: xLabel, value: legendValue }, ...chart.runs.map((run, i) => ({
             label: chart.names[run] || run, stroke: COLOURS[i % COLOURS.length], width: 1.5, spanGaps: true,
-            points: { show: data[0].length < 60 },
+            points: { show: data[0].length < 60 }, value: legendValue,
           }))],
+          hooks: { draw: [(u) => placeMarkers(u, metric)] },
         }, data, box);
       } else {
         plot.setData(data);
+        // At rest the legend follows the newest report.
+        if (plot.cursor.idx == null) plot.setLegend({ idx: null });
       }
     }
     $("#report-count").textContent = chart.reports;
@@ -252,10 +464,10 @@ const trainwire = (() => {
           $("#run-reason").textContent = ev.reason;
           if (TERMINAL.has(ev.state)) $("#cancel")?.remove();
         }
-        if (kind === "checkpoint") refreshCheckpoints();
+        if (kind === "checkpoint") { refreshCheckpoints(); loadScores(); }
       });
     }
-    source.addEventListener("end", () => { source.close(); chart.ended = true; });
+    source.addEventListener("end", () => { source.close(); chart.ended = true; loadScores(); });
   }
 
   // Logs: one stream per choice of rank; "follow" keeps it open and scrolled to the end.
@@ -290,10 +502,12 @@ const trainwire = (() => {
     chart.runId = runId;
     chart.ended = ended;
     const form = $("#curve-form");
+    form.x.addEventListener("change", syncChoices);
     form.addEventListener("change", loadCurves);
     form.compare.addEventListener("keyup", (e) => { if (e.key === "Enter") loadCurves(); });
     $("#log-form").addEventListener("change", followLogs);
     loadCurves();
+    loadScores();
     followLogs();
   }
 
@@ -314,6 +528,9 @@ const trainwire = (() => {
     return Object.values(chart.plots).reduce((n, p) => n + p.data.slice(1).flat().filter((v) => v != null).length, 0);
   }
 
-  return { followRuns, followRun, cancel, chartPoints };
+  // For tests: a chart's uPlot, by metric.
+  const plotOf = (metric) => chart.plots[metric];
+
+  return { followRuns, followRun, cancel, chartPoints, compareSelected, plotOf };
 })();
 window.trainwire = trainwire;
