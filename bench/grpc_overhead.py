@@ -80,10 +80,10 @@ def predictor_variant(variant: str, argv: list[str]) -> None:
     """``trainwire_predictor`` with its inference cut short at one layer (``fixed`` or ``stubbed``)."""
     import numpy as np
 
-    import trainwire_predictor.servicer as servicer
+    import trainwire_predictor.grpc.servicer as servicer
     from trainwire.predictor import Predictor
     from trainwire_core.grpc_status import handle_errors
-    from trainwire_predictor.grpc_codec import request_from_proto
+    from trainwire_predictor.grpc.codec import request_from_proto
     from trainwire_predictor.server import main
 
     if variant == "fixed":

@@ -30,12 +30,12 @@ from trainwire_core.tls import add_port, add_tls_arguments
 from trainwire_predictor.batching import Batcher, parse_batching, prepare_batched
 from trainwire_predictor.dataplane import DataPlane
 from trainwire_predictor.generative.requests import GenerateLimits
+from trainwire_predictor.grpc.servicer import InferenceServicer
 from trainwire_predictor.metrics import PredictorMetrics
 from trainwire_predictor.model_repository import ModelRepository
 from trainwire_predictor.rest.endpoints import RestFrontEnd
 from trainwire_predictor.rest.server import RestServer
 from trainwire_predictor.routing import Router
-from trainwire_predictor.servicer import InferenceServicer
 from trainwire_predictor.settings import PredictorSettings
 
 logger = logging.getLogger(__name__)

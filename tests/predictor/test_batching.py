@@ -15,13 +15,13 @@ from trainwire_core.inference import grpc_service_pb2 as pb
 from trainwire_core.inference.codec import to_raw
 from trainwire_predictor.batching import (
     FRAMEWORK_BATCHING,
-    GATHER_LOOP_BUSY,
     Batcher,
     DynamicBatching,
     parse_batching,
     prepare_batched,
 )
-from trainwire_predictor.grpc_codec import request_from_proto
+from trainwire_predictor.batching.pressure import GATHER_LOOP_BUSY
+from trainwire_predictor.grpc.codec import request_from_proto
 from trainwire_predictor.inference import InferenceRequest
 from trainwire_predictor.model_repository import describe
 from trainwire_predictor.models import LoadedModel, ModelRef
@@ -161,7 +161,7 @@ def test_a_busy_loop_holds_an_inline_call_for_requests_arriving_turns_later_an_i
 
 
 def test_a_model_whose_waits_bring_no_company_stops_waiting_and_tries_again_later():
-    from trainwire_predictor.batching import GATHER_PROBE_EVERY, _Gather
+    from trainwire_predictor.batching.pressure import GATHER_PROBE_EVERY, _Gather
 
     gather = _Gather()
     assert gather.should_wait()

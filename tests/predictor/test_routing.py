@@ -309,7 +309,7 @@ def test_a_shadow_copy_is_compared_and_its_agreement_and_latency_recorded(regist
 def test_the_routing_key_comes_from_parameters_or_the_header_on_both_protocols():
     from trainwire_core.errors import InvalidArgumentError
     from trainwire_core.inference import grpc_service_pb2 as pb
-    from trainwire_predictor.grpc_codec import request_from_proto
+    from trainwire_predictor.grpc.codec import request_from_proto
     from trainwire_predictor.rest.codec import parse_infer_request
 
     message = pb.ModelInferRequest(model_name="m")
@@ -446,8 +446,9 @@ def test_the_request_path_without_reads_follows_moves_and_unloads_as_get_does(re
         pool.shutdown()
 
 
-def test_one_model_infer_enters_the_router_and_the_repository_once_each(tmp_path, local_booster, valid_x):
-    """The request path resolves (model, version, policy) once per refresh: no calls back and forth."""
+def test_one_model_infer_enters_each_room_once(tmp_path, local_booster, valid_x):
+    """The request path (front end, data plane, router, repository) resolves (model, version, policy)
+    once per refresh: no room entered twice, on gRPC and REST alike."""
     import sys
 
     import grpc
@@ -456,7 +457,9 @@ def test_one_model_infer_enters_the_router_and_the_repository_once_each(tmp_path
     from trainwire.xgboost.checkpoint import XGBoostCheckpoint
     from trainwire_core.inference import grpc_service_pb2 as pb
     from trainwire_core.inference import grpc_service_pb2_grpc as pb_grpc
-    from trainwire_predictor import model_repository
+    from trainwire_predictor import dataplane, model_repository
+    from trainwire_predictor.grpc import servicer
+    from trainwire_predictor.rest import endpoints
     from trainwire_predictor.server import PredictorServer
     from trainwire_predictor.settings import PredictorSettings
 
@@ -468,7 +471,13 @@ def test_one_model_infer_enters_the_router_and_the_repository_once_each(tmp_path
     registry.set_alias("walk", "production", "c2")
     registry.set_route("walk", [("c1", 50), ("production", 50)])
     row = valid_x.to_numpy(np.float64)[:1]
-    watched = {routing.__file__: "routing", model_repository.__file__: "model_repository"}
+    watched = {
+        servicer.__file__: "front end",
+        endpoints.__file__: "front end",
+        dataplane.__file__: "dataplane",
+        routing.__file__: "routing",
+        model_repository.__file__: "model_repository",
+    }
 
     def message(version: str) -> pb.ModelInferRequest:
         request = pb.ModelInferRequest(model_name="walk", model_version=version)
@@ -481,12 +490,15 @@ def test_one_model_infer_enters_the_router_and_the_repository_once_each(tmp_path
     async def walk(call) -> tuple[dict[str, int], str]:
         entries = dict.fromkeys(watched.values(), 0)
 
+        seen: list = []  # frames already counted: a coroutine resumed after an await is no new entry
+
         def profile(frame, event, arg):
             # An entry: a call into a watched module from code outside it.
-            if event == "call" and frame.f_code.co_filename in watched:
+            if event == "call" and frame.f_code.co_filename in watched and not any(f is frame for f in seen):
                 caller = frame.f_back.f_code.co_filename if frame.f_back is not None else ""
                 if caller != frame.f_code.co_filename:
                     entries[watched[frame.f_code.co_filename]] += 1
+                    seen.append(frame)
 
         sys.setprofile(profile)
         try:
@@ -519,9 +531,66 @@ def test_one_model_infer_enters_the_router_and_the_repository_once_each(tmp_path
                     for version, served in (("", {"c1", "c2"}), ("production", {"c2"}), ("c1", {"c1"})):
                         entries, answer = await walk(functools.partial(call, version))
                         assert answer in served, (call.__name__, version, answer)
-                        expected = {"routing": 1, "model_repository": 1}
+                        expected = {"front end": 1, "dataplane": 1, "routing": 1, "model_repository": 1}
                         assert entries == expected, (call.__name__, version, entries)
         finally:
             await server.stop(0.5)
 
     asyncio.run(go())
+
+
+def test_one_openai_chat_enters_each_room_once(tmp_path):
+    """A chat completion: OpenAI front end, its data plane, router and repository, each entered once."""
+    import sys
+
+    import httpx
+    from language_model import make_tokenizer, tiny_gpt2
+
+    from trainwire.huggingface.checkpoint import HuggingFaceCheckpoint
+    from trainwire_predictor import model_repository
+    from trainwire_predictor.openai import dataplane, endpoints
+    from trainwire_predictor.server import PredictorServer
+    from trainwire_predictor.settings import PredictorSettings
+
+    store = Store(str(tmp_path / "walk-lm"))
+    tokenizer = make_tokenizer()
+    path = HuggingFaceCheckpoint.from_model(tiny_gpt2(tokenizer), tokenizer).path
+    commit_checkpoint(store, "run-walk-lm", "walk-lm", "c1", path, 1)
+    watched = {
+        endpoints.__file__: "front end",
+        dataplane.__file__: "dataplane",
+        routing.__file__: "routing",
+        model_repository.__file__: "model_repository",
+    }
+    body = {"model": "walk-lm", "messages": [{"role": "user", "content": "the cat"}], "max_tokens": 3}
+
+    async def go() -> dict[str, int]:
+        server = PredictorServer(PredictorSettings(port=0, http_port=0, store=store.uri, index_refresh_s=30))
+        await server.start()
+        try:
+            async with httpx.AsyncClient(timeout=60) as http:
+                url = f"http://{server.http_address}/v1/chat/completions"
+                assert (await http.post(url, json=body)).status_code == 200  # reads the store, loads the model
+                entries = dict.fromkeys(watched.values(), 0)
+
+                seen: list = []  # a coroutine resumed after an await is no new entry
+
+                def profile(frame, event, arg):
+                    if event == "call" and frame.f_code.co_filename in watched and not any(f is frame for f in seen):
+                        caller = frame.f_back.f_code.co_filename if frame.f_back is not None else ""
+                        if caller != frame.f_code.co_filename:
+                            entries[watched[frame.f_code.co_filename]] += 1
+                            seen.append(frame)
+
+                sys.setprofile(profile)
+                try:
+                    answer = await http.post(url, json=body)
+                finally:
+                    sys.setprofile(None)
+                assert answer.status_code == 200, answer.text
+                assert answer.json()["choices"][0]["message"]["role"] == "assistant"
+                return entries
+        finally:
+            await server.stop(0.5)
+
+    assert asyncio.run(go()) == {"front end": 1, "dataplane": 1, "routing": 1, "model_repository": 1}

@@ -76,6 +76,14 @@ class GenerationStream:
                 self.finish_reason = event.finish_reason
             yield event
 
+    def usage(self) -> dict[str, int]:
+        """The prompt's tokens and those generated so far, as OpenAI's ``usage`` counts them."""
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "total_tokens": self.prompt_tokens + self.completion_tokens,
+        }
+
     async def text(self) -> str:
         """The whole generated text (waits for the end)."""
         return "".join([event.text async for event in self])

@@ -3,7 +3,7 @@
 Starlette endpoints served by uvicorn (httptools, on the predictor's own event
 loop beside the grpc.aio server) that only convert: HTTP in, ``DataPlane``
 calls, HTTP out. Errors are the trainwire family, answered as KServe's
-``{"error": "..."}`` with the HTTP status ``HTTP_STATUS`` maps their code to.
+``{"error": "..."}`` with the HTTP status ``http.HTTP_STATUS`` maps their code to.
 
 Routes (``{m}`` a run name or id, ``{v}`` a checkpoint id):
 
@@ -13,7 +13,8 @@ Routes (``{m}`` a run name or id, ``{v}`` a checkpoint id):
 - ``GET /v2/models[/{m}[/versions/{v}]]/stats``: Triton's statistics extension;
 - ``POST /v2/repository/index``, ``POST /v2/repository/models/{m}/load|unload``;
 - ``POST /v2/models/{m}[/versions/{v}]/generate|generate_stream``, ``POST /v1/completions``,
-  ``POST /v1/chat/completions``, ``GET /v1/models``: token generation (``generative.rest``).
+  ``POST /v1/chat/completions``, ``GET /v1/models``: token generation (``rest.generate`` and the
+  OpenAI front end, ``openai``, mounted here on the same port).
 
 With tokens configured, every route but health needs ``authorization: Bearer
 <token>`` with the ``predict`` scope (load and unload: ``admin``), the same
@@ -38,10 +39,13 @@ from starlette.types import Receive, Scope, Send
 from trainwire_core.auth import ADMIN, PREDICT, TokenTable
 from trainwire_core.errors import InvalidArgumentError, PermissionDeniedError, TrainwireError, UnauthenticatedError
 from trainwire_predictor.dataplane import EXTENSIONS, SERVER_NAME, DataPlane, config_json
-from trainwire_predictor.generative.rest import GenerateEndpoints, OpenAIEndpoints, openai_error
+from trainwire_predictor.http import BodyTooLargeError, http_status
 from trainwire_predictor.models import TensorSpec
+from trainwire_predictor.openai.dataplane import OpenAIDataPlane
+from trainwire_predictor.openai.endpoints import OpenAIEndpoints, openai_error
 from trainwire_predictor.rest.codec import HEADER_LENGTH, encode_infer_response, parse_infer_request, parse_json
-from trainwire_predictor.rest.errors import BodyTooLargeError, error_response, http_status, json_response
+from trainwire_predictor.rest.errors import error_response, json_response
+from trainwire_predictor.rest.generate import GenerateEndpoints
 
 logger = logging.getLogger(__name__)
 
@@ -168,7 +172,7 @@ class RestFrontEnd:
             route("/v2/repository/models/{model}/load", self.load, "POST", ADMIN),
             route("/v2/repository/models/{model}/unload", self.unload, "POST", ADMIN),
             *GenerateEndpoints(generator, self._json_body).routes(route),
-            *OpenAIEndpoints(generator, self._json_body, self._model_names).routes(route),
+            *OpenAIEndpoints(OpenAIDataPlane(generator, self._model_names), self._json_body).routes(route),
             *(
                 r
                 for base in (model, version)

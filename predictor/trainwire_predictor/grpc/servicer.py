@@ -23,8 +23,8 @@ from trainwire_predictor.dataplane import (
     triton_data_type,
     triton_dims,
 )
-from trainwire_predictor.generative.grpc import generate_responses, generate_text, is_generate_request
-from trainwire_predictor.grpc_codec import request_from_proto, response_to_proto
+from trainwire_predictor.grpc.codec import request_from_proto, response_to_proto
+from trainwire_predictor.grpc.generate import generate_responses, generate_text, is_generate_request
 from trainwire_predictor.model_repository import ModelRepository
 from trainwire_predictor.models import TensorSpec
 from trainwire_predictor.statistics import Recorder, Statistics

@@ -22,7 +22,7 @@ from trainwire_predictor.generative.requests import (
     sampling_params,
 )
 from trainwire_predictor.generative.service import GenerationStream, TextGenerator
-from trainwire_predictor.grpc_codec import request_from_proto
+from trainwire_predictor.grpc.codec import request_from_proto
 from trainwire_predictor.inference import decode_inputs
 
 TEXT_INPUT, TEXT_OUTPUT = "text_input", "text_output"

@@ -1,0 +1,200 @@
+"""The OpenAI API's messages as typed models (as vLLM's ``entrypoints/openai/protocol.py``).
+
+Requests are checked for their types here, each error naming the field as OpenAI
+spells it (``messages[0].role``); the values' ranges are checked where every
+protocol's are (``generative.requests``). Fields OpenAI defines that trainwire does
+not act on are accepted and left alone, as OpenAI-compatible servers do.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import pydantic
+from pydantic import BaseModel, ConfigDict, Field, model_serializer
+
+from trainwire_core.errors import InvalidArgumentError
+
+Role = Literal["system", "user", "assistant", "developer", "tool"]
+
+
+class _Request(BaseModel):
+    # Strict: "hot" is no temperature and true no token count; unknown fields pass (OpenAI adds them often).
+    model_config = ConfigDict(strict=True, extra="allow")
+
+    model: str = Field(min_length=1)
+    max_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    seed: int | None = None
+    stop: str | list[str] | None = None
+    n: int = 1
+    stream: bool = False
+    stream_options: dict[str, Any] | None = None
+    user: str | None = None
+    # trainwire's own: the longest this generation may run (at most the operator's limit).
+    timeout_s: float | None = None
+
+    def sampling_fields(self) -> dict[str, Any]:
+        """The sampling fields as ``generative.requests.sampling_params`` takes them."""
+        keys = ("max_tokens", "temperature", "top_p", "seed", "stop", "timeout_s")
+        return {k: getattr(self, k) for k in keys if getattr(self, k) is not None}
+
+    @property
+    def include_usage(self) -> bool:
+        return bool((self.stream_options or {}).get("include_usage"))
+
+
+class CompletionRequest(_Request):
+    """``POST /v1/completions``."""
+
+    prompt: str | list[str]
+
+
+class TextPart(BaseModel):
+    model_config = ConfigDict(strict=True, extra="allow")
+
+    type: Literal["text"]
+    text: str
+
+
+class ChatMessage(BaseModel):
+    model_config = ConfigDict(strict=True, extra="allow")
+
+    role: Role
+    content: str | list[TextPart]
+
+    def text(self) -> str:
+        """The message's text (OpenAI's content parts joined)."""
+        return self.content if isinstance(self.content, str) else "".join(p.text for p in self.content)
+
+
+class ChatCompletionRequest(_Request):
+    """``POST /v1/chat/completions``."""
+
+    messages: list[ChatMessage] = Field(min_length=1)
+    max_completion_tokens: int | None = None
+
+    def sampling_fields(self) -> dict[str, Any]:
+        fields = super().sampling_fields()
+        if self.max_completion_tokens is not None:
+            fields["max_tokens"] = self.max_completion_tokens
+        return fields
+
+
+def parse(kind: type[_Request], doc: dict[str, Any]) -> Any:
+    """``doc`` as a ``kind`` request.
+
+    Raises:
+        InvalidArgumentError: A field of the wrong type, or missing, named as OpenAI spells it.
+    """
+    try:
+        return kind.model_validate(doc)
+    except pydantic.ValidationError as exc:
+        first = exc.errors(include_url=False)[0]
+        field = field_name(first["loc"])
+        raise InvalidArgumentError(f"{field or 'the request'}: {first['msg']}", field=field) from None
+
+
+def field_name(loc: tuple[Any, ...]) -> str:
+    """A pydantic error location as OpenAI names fields: ``messages[0].content``."""
+    name = ""
+    for part in loc:
+        if isinstance(part, int):
+            name += f"[{part}]"
+        elif part == "str" or "[" in str(part):
+            break  # which member of a union failed: the field is named already
+        else:
+            name += f".{part}" if name else str(part)
+    return name
+
+
+# --- responses ------------------------------------------------------------------------------------
+class Usage(BaseModel):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+
+
+class CompletionChoice(BaseModel):
+    index: int = 0
+    text: str
+    finish_reason: str | None
+    logprobs: None = None
+
+
+class Completion(BaseModel):
+    id: str
+    object: Literal["text_completion"] = "text_completion"
+    created: int
+    model: str
+    choices: list[CompletionChoice]
+    usage: Usage | None = None
+
+
+class AssistantMessage(BaseModel):
+    role: Literal["assistant"] = "assistant"
+    content: str
+
+
+class ChatChoice(BaseModel):
+    index: int = 0
+    message: AssistantMessage
+    finish_reason: str | None
+
+
+class ChatCompletion(BaseModel):
+    id: str
+    object: Literal["chat.completion"] = "chat.completion"
+    created: int
+    model: str
+    choices: list[ChatChoice]
+    usage: Usage
+
+
+class Delta(BaseModel):
+    role: Literal["assistant"] | None = None
+    content: str | None = None
+
+    @model_serializer
+    def _present(self) -> dict[str, Any]:
+        # A delta carries only what changed: no null role or content.
+        return {k: v for k, v in (("role", self.role), ("content", self.content)) if v is not None}
+
+
+class ChatChunkChoice(BaseModel):
+    index: int = 0
+    delta: Delta
+    finish_reason: str | None = None
+
+
+class ChatCompletionChunk(BaseModel):
+    id: str
+    object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
+    created: int
+    model: str
+    choices: list[ChatChunkChoice]
+    usage: Usage | None = None
+
+
+class ModelCard(BaseModel):
+    id: str
+    object: Literal["model"] = "model"
+    created: int
+    owned_by: str = "trainwire"
+
+
+class ModelList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[ModelCard]
+
+
+class ErrorInfo(BaseModel):
+    message: str
+    type: str
+    param: str | None = None
+    code: str | None = None
+
+
+class ErrorResponse(BaseModel):
+    error: ErrorInfo
