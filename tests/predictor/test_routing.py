@@ -7,8 +7,11 @@ real data plane, so ten thousand requests take a second or two.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
+import sys
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -446,11 +449,33 @@ def test_the_request_path_without_reads_follows_moves_and_unloads_as_get_does(re
         pool.shutdown()
 
 
+@contextlib.contextmanager
+def room_entries(watched: dict[str, str]) -> Iterator[dict[str, int]]:
+    """Counts the entries into each watched module (file -> room) while the block runs.
+
+    An entry is a call into a watched module from code outside it; a coroutine resumed after
+    an await is the same entry, not a new one.
+    """
+    entries = dict.fromkeys(watched.values(), 0)
+    seen: list = []
+
+    def profile(frame, event, arg):
+        if event == "call" and frame.f_code.co_filename in watched and not any(f is frame for f in seen):
+            caller = frame.f_back.f_code.co_filename if frame.f_back is not None else ""
+            if caller != frame.f_code.co_filename:
+                entries[watched[frame.f_code.co_filename]] += 1
+                seen.append(frame)
+
+    sys.setprofile(profile)
+    try:
+        yield entries
+    finally:
+        sys.setprofile(None)
+
+
 def test_one_model_infer_enters_each_room_once(tmp_path, local_booster, valid_x):
     """The request path (front end, data plane, router, repository) resolves (model, version, policy)
     once per refresh: no room entered twice, on gRPC and REST alike."""
-    import sys
-
     import grpc
     import httpx
 
@@ -488,23 +513,8 @@ def test_one_model_infer_enters_each_room_once(tmp_path, local_booster, valid_x)
     body = {"inputs": [{"name": "input", "datatype": "FP64", "shape": list(row.shape), "data": row.tolist()}]}
 
     async def walk(call) -> tuple[dict[str, int], str]:
-        entries = dict.fromkeys(watched.values(), 0)
-
-        seen: list = []  # frames already counted: a coroutine resumed after an await is no new entry
-
-        def profile(frame, event, arg):
-            # An entry: a call into a watched module from code outside it.
-            if event == "call" and frame.f_code.co_filename in watched and not any(f is frame for f in seen):
-                caller = frame.f_back.f_code.co_filename if frame.f_back is not None else ""
-                if caller != frame.f_code.co_filename:
-                    entries[watched[frame.f_code.co_filename]] += 1
-                    seen.append(frame)
-
-        sys.setprofile(profile)
-        try:
+        with room_entries(watched) as entries:
             served = await call()
-        finally:
-            sys.setprofile(None)
         return entries, served
 
     async def go() -> None:
@@ -541,8 +551,6 @@ def test_one_model_infer_enters_each_room_once(tmp_path, local_booster, valid_x)
 
 def test_one_openai_chat_enters_each_room_once(tmp_path):
     """A chat completion: OpenAI front end, its data plane, router and repository, each entered once."""
-    import sys
-
     import httpx
     from language_model import make_tokenizer, tiny_gpt2
 
@@ -571,22 +579,8 @@ def test_one_openai_chat_enters_each_room_once(tmp_path):
             async with httpx.AsyncClient(timeout=60) as http:
                 url = f"http://{server.http_address}/v1/chat/completions"
                 assert (await http.post(url, json=body)).status_code == 200  # reads the store, loads the model
-                entries = dict.fromkeys(watched.values(), 0)
-
-                seen: list = []  # a coroutine resumed after an await is no new entry
-
-                def profile(frame, event, arg):
-                    if event == "call" and frame.f_code.co_filename in watched and not any(f is frame for f in seen):
-                        caller = frame.f_back.f_code.co_filename if frame.f_back is not None else ""
-                        if caller != frame.f_code.co_filename:
-                            entries[watched[frame.f_code.co_filename]] += 1
-                            seen.append(frame)
-
-                sys.setprofile(profile)
-                try:
+                with room_entries(watched) as entries:
                     answer = await http.post(url, json=body)
-                finally:
-                    sys.setprofile(None)
                 assert answer.status_code == 200, answer.text
                 assert answer.json()["choices"][0]["message"]["role"] == "assistant"
                 return entries
