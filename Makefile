@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PACKAGES := core client coordinator worker predictor console
 
-.PHONY: setup demo test lint docs protos redis-server iproute2 chromium twin-up twin-down deploy-check
+.PHONY: setup demo test lint docs protos redis-server iproute2 chromium twin-up twin-down deploy-check ray-examples ray-surface
 
 $(STAMP): requirements.txt constraints.txt $(addsuffix /pyproject.toml,$(PACKAGES))
 	python3 -m venv $(VENV)
@@ -84,3 +84,13 @@ twin-down:
 # client host and answers from every predictor replica.
 deploy-check: setup redis-server iproute2
 	deploy/ci_stage.sh
+
+# Ray's own example scripts (the wheel's, and Ray's doc_code when scripts/fetch_ray_doc_code.sh has
+# fetched it), each run under Ray and under trainwire with only its imports changed: the table in
+# docs/porting/ray-examples.md. Long (an hour or more on 2 cores); CI runs a sample (tests/e2e).
+ray-examples: setup
+	$(PY) bench/ray_examples.py --all --write
+
+# Ray 2.60's public Train and Tune names against trainwire's: the table in docs/porting/ray-surface.md.
+ray-surface: setup
+	$(PY) scripts/ray_surface.py --write
