@@ -142,6 +142,66 @@ def consoles(console_address, predictor, tmp_path_factory):
     _stop(reader)
 
 
+def scored_loop(config):
+    """Reports five metrics a step, with a checkpoint each; valid_loss is lowest at step 6 (the best checkpoint)."""
+    import os
+    import tempfile
+
+    from trainwire import train
+
+    for step in range(1, config["steps"] + 1):
+        metrics = {
+            "accuracy": step / config["steps"],
+            "lr": 0.1,
+            "train_loss": 1.0 / step,
+            "training_iteration": step,
+            "valid_loss": (step - 6) ** 2 / 25 + config["offset"],
+        }
+        with tempfile.TemporaryDirectory() as d:
+            with open(os.path.join(d, "weights.txt"), "w") as f:
+                f.write(str(step))
+            train.report(metrics, checkpoint=train.Checkpoint.from_directory(d))
+
+
+def valid_loss(step: int, offset: float) -> float:
+    return (step - 6) ** 2 / 25 + offset
+
+
+@pytest.fixture(scope="module")
+def scored_runs(admin_client):
+    """Two ended runs scored by valid_loss (lower is better), keeping 2 checkpoints besides the latest."""
+    from trainwire import CheckpointConfig, RunConfig, ScalingConfig
+    from trainwire.trainer import DataParallelTrainer
+
+    runs = []
+    for name, offset in (("console-scored-a", 0.25), ("console-scored-b", 0.5)):
+        trainer = DataParallelTrainer(
+            scored_loop,
+            train_loop_config={"steps": 10, "offset": offset},
+            scaling_config=ScalingConfig(num_workers=1),
+            run_config=RunConfig(
+                name=name,
+                verbose=0,
+                checkpoint_config=CheckpointConfig(
+                    num_to_keep=2, checkpoint_score_attribute="valid_loss", checkpoint_score_order="min"
+                ),
+            ),
+        )
+        runs.append(admin_client.fit(trainer.build_request(admin_client)))
+    ended = [wait_ended(admin_client, run.run_id, 120) for run in runs]
+    assert all(run.state == 5 for run in ended), [run.state_reason for run in ended]  # SUCCEEDED
+    return ended
+
+
+@pytest.fixture(scope="module")
+def bare_console(console_address, tmp_path_factory):
+    """A console started without --predictor."""
+    logs = tmp_path_factory.mktemp("bare-console")
+    proc, url = _start_console(console_address, ADMIN_TOKEN, "", "", logs / "bare.log")
+    yield url
+    _stop(proc)
+
+
 @pytest.fixture(scope="module")
 def browser():
     from playwright.sync_api import sync_playwright
@@ -250,6 +310,14 @@ def test_the_model_page_shows_statistics_that_grow(page, consoles, model_run):
     row = page.locator("tr.model[data-model='console-model']").first
     row.wait_for(timeout=30_000)
     count = int(row.locator("[data-field=inference_count]").inner_text())
+    # The predictors report the version's number; the page names its checkpoint and marks the served one.
+    page.wait_for_function(
+        "document.querySelector(\"tr.model[data-model='console-model'] [data-field=checkpoint]\") !== null"
+    )
+    version = row.locator("[data-field=version]")
+    assert row.get_attribute("data-version").isdigit(), row.get_attribute("data-version")
+    assert version.locator("[data-field=checkpoint]").inner_text() == model_run.latest_checkpoint.checkpoint_id
+    assert "served" in version.inner_text()
     # A request from the page's form, as JSON columns.
     page.fill("#predict-form input[name=model]", "console-model")
     page.fill("#predict-form textarea[name=body]", '{"a": [0.5, -1.0], "b": [0.2, -0.3]}')
@@ -419,3 +487,99 @@ def test_the_probe_says_whether_the_console_is_healthy(consoles):
     probe = [sys.executable, "-m", "trainwire_console", "--probe", "--port"]
     assert subprocess.run([*probe, port], capture_output=True, timeout=30).returncode == 0
     assert subprocess.run([*probe, str(_free_port())], capture_output=True, timeout=30).returncode == 1
+
+
+def _legends(page) -> list[str]:
+    return page.eval_on_selector_all("#charts .u-legend", "els => els.map(e => e.textContent)")
+
+
+def test_a_scored_run_draws_its_score_first_with_its_checkpoints(page, consoles, scored_runs, admin_client):
+    run = scored_runs[0]
+    best = run.best_checkpoints[0]
+    assert best.index == 6  # valid_loss is lowest at step 6: what the marker must show
+    page.goto(f"{consoles['admin']}/runs/{run.run_id}")
+    page.locator("#charts .chart .ckpt.best").wait_for()
+    page.wait_for_function("window.trainwire.chartPoints() >= 10")
+    titles = page.eval_on_selector_all("#charts .chart h3", "els => els.map(e => e.textContent)")
+    # The score attribute is checked and drawn first, though it is neither first reported nor first by name.
+    assert titles[0] == "valid_loss", titles
+    assert page.locator("#metric-choices input[value=valid_loss]").is_checked()
+    # training_iteration is the x axis: it is neither drawn nor offered against itself.
+    assert "training_iteration" not in titles
+    assert page.locator("#metric-choices label[data-metric=training_iteration]").is_hidden()
+
+    # At rest every legend shows the latest value: the run's name with a number, never uPlot's "--".
+    legends = _legends(page)
+    assert legends and not any("--" in text for text in legends), legends
+    score_legend = page.locator("#charts .chart").first.locator(".u-legend")
+    assert f"{valid_loss(10, 0.25):.4g}" in score_legend.text_content()
+    assert "console-scored-a" in score_legend.text_content()
+
+    # The best checkpoint's marker sits on the curve at its step; the served one is named.
+    marker = page.locator("#charts .chart").first.locator(".ckpt.best")
+    assert marker.get_attribute("data-step") == str(best.index)
+    assert marker.get_attribute("data-checkpoint") == best.checkpoint_id
+    expected = page.evaluate(
+        """([step, value]) => {
+            const u = window.trainwire.plotOf("valid_loss");
+            const box = u.over.getBoundingClientRect();
+            return [box.left + u.valToPos(step, "x"), box.top + u.valToPos(value, "y")];
+        }""",
+        [best.index, valid_loss(best.index, 0.25)],
+    )
+    box = marker.bounding_box()
+    centre = (box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+    assert abs(centre[0] - expected[0]) < 1.5 and abs(centre[1] - expected[1]) < 1.5, (centre, expected)
+    assert "served" in marker.inner_text()
+    kept = page.locator("#charts .chart").first.locator(".ckpt")
+    assert kept.count() == len({c.checkpoint_id for c in [*run.best_checkpoints, run.latest_checkpoint]}) == 3
+    assert best.checkpoint_id in page.inner_text("#checkpoint-key")
+    row = page.locator(f"#checkpoint-rows td[data-checkpoint={best.checkpoint_id}]")
+    assert "best" in row.inner_text() and "served" in row.inner_text()
+
+    # On hover the legend follows the cursor: at step 6 it shows that step's value.
+    page.mouse.move(expected[0], expected[1] - 20)
+    page.wait_for_function(
+        f"document.querySelector('#charts .u-legend').textContent.endsWith('{valid_loss(6, 0.25):.4g}')"
+    )
+    assert "training iteration6" in score_legend.text_content()
+    page.mouse.move(0, 0)
+    page.wait_for_function("!document.querySelector('#charts .u-legend').textContent.includes('--')")
+
+    # Against time the step may be drawn (it is not the axis then).
+    page.select_option("#curve-form select[name=x]", "time")
+    assert page.locator("#metric-choices label[data-metric=training_iteration]").is_visible()
+    page.screenshot(path=str(ARTIFACTS / "run-scored.png"), full_page=True)
+
+
+def test_the_runs_list_shows_scores_and_compares_two_runs(page, consoles, scored_runs):
+    a, b = scored_runs
+    page.goto(consoles["admin"] + "/?name=console-scored")
+    for run, offset in ((a, 0.25), (b, 0.5)):
+        row = page.locator(f"#run-{run.run_id}")
+        row.locator("[data-field=spark] svg polyline").wait_for()
+        assert row.locator("[data-field=score]").inner_text().startswith("valid_loss")
+        # The best value of the score attribute over the run's reports (lowest: its order is min).
+        assert row.locator("[data-field=best]").inner_text() == f"{offset:g}"
+    page.screenshot(path=str(ARTIFACTS / "runs-scored.png"), full_page=True)
+    assert page.locator("#compare").is_disabled()
+    page.locator(f"#run-{a.run_id} input.pick").check()
+    page.locator(f"#run-{b.run_id} input.pick").check()
+    page.locator("#compare").click()
+    page.wait_for_url(f"**/runs/{a.run_id}?compare={b.run_id}")
+    page.wait_for_function("window.trainwire.chartPoints() >= 2 * 4 * 10")
+    legend = page.locator("#charts .chart").first.locator(".u-legend").text_content()
+    assert "console-scored-a" in legend and "console-scored-b" in legend
+    # Both runs' latest values at rest.
+    assert f"{valid_loss(10, 0.25):.4g}" in legend and f"{valid_loss(10, 0.5):.4g}" in legend
+    assert not any("--" in text for text in _legends(page))
+    page.screenshot(path=str(ARTIFACTS / "compare.png"), full_page=True)
+
+
+def test_models_is_in_the_navigation_and_says_how_to_connect_a_predictor(page, bare_console):
+    page.goto(bare_console + "/")
+    page.locator("header nav a", has_text="Models").click()
+    page.wait_for_url("**/models")
+    help_text = page.locator("#no-predictor").inner_text()
+    assert "--predictor" in help_text and "No predictor is connected" in help_text
+    assert page.locator("#predict-form").count() == 0
