@@ -105,11 +105,12 @@ class RunFeed:
                 self.event_ids.append(event.event_id)
                 self.report_index.append(float(item["report_index"]))
                 self.seconds.append(item["t"])
+                # New metrics join by name within a report (a Struct's keys come in no set order), so
+                # "the first reported metric" means the same on every page.
+                for name in sorted(item["metrics"].keys() - self.columns.keys()):
+                    self.columns[name] = array("d", [math.nan]) * n
                 for name, value in item["metrics"].items():
-                    column = self.columns.get(name)
-                    if column is None:
-                        column = self.columns[name] = array("d", [math.nan]) * n
-                    column.append(float(value))
+                    self.columns[name].append(float(value))
                 for column in self.columns.values():
                     if len(column) < n + 1:
                         column.append(math.nan)
@@ -159,6 +160,16 @@ class RunFeed:
             # A copy: a view would keep the array from growing.
             cached = self._arrays[key] = np.frombuffer(values, dtype=np.float64).copy() if values else np.empty(0)
         return cached
+
+    def history(self, metric: str) -> tuple[list[str], np.ndarray, np.ndarray]:
+        """The metrics reported so far (first reported first), and copies of ``metric``'s report
+        indexes and values (empty where it was never reported)."""
+        with self._lock:
+            # Copies taken under the lock: a view of an array would keep it from growing.
+            column = self.columns.get(metric)
+            xs = np.array(self.report_index, dtype=np.float64)
+            ys = np.array(column, dtype=np.float64) if column is not None else np.empty(0)
+            return list(self.columns), xs[: len(ys)], ys
 
     def series(self, metrics: list[str], x: str, width: int) -> dict[str, Any]:
         """The chosen metrics against ``x`` (``training_iteration`` or ``time``), at most 2 points a pixel."""

@@ -11,8 +11,6 @@ import threading
 from collections import OrderedDict
 from typing import Any
 
-import numpy as np
-
 from trainwire.client import TERMINAL_STATES, CoordinatorClient
 from trainwire_console.feeds import Feeds, RunFeed
 from trainwire_console.scores import score_config, score_metric, sparkline
@@ -27,14 +25,11 @@ LIVE_WAIT_S = 2.0
 def feed_sparkline(feed: RunFeed, run: coordinator_pb2.Run) -> dict[str, Any]:
     """The sparkline of the run's score metric from what ``feed`` holds."""
     score_attribute, order = score_config(run)
-    metric = score_metric(score_attribute, list(feed.columns))
+    reported, _, _ = feed.history("")
+    metric = score_metric(score_attribute, reported)
+    _, xs, ys = feed.history(metric)
     body: dict[str, Any] = {"metric": metric, "score_attribute": score_attribute, "order": order}
-    if not metric or metric not in feed.columns:
-        return body | {"points": [], "last": None, "best": None}
-    xs = np.frombuffer(feed.report_index, dtype=np.float64) if feed.report_index else np.empty(0)
-    ys = np.frombuffer(feed.columns[metric], dtype=np.float64) if feed.columns[metric] else np.empty(0)
-    n = min(len(xs), len(ys))
-    return body | sparkline(xs[:n].copy(), ys[:n].copy(), order, bool(score_attribute))
+    return body | sparkline(xs, ys, order, bool(score_attribute))
 
 
 class Sparklines:

@@ -568,6 +568,8 @@ def test_the_runs_list_shows_scores_and_compares_two_runs(page, consoles, scored
     page.locator("#compare").click()
     page.wait_for_url(f"**/runs/{a.run_id}?compare={b.run_id}")
     page.wait_for_function("window.trainwire.chartPoints() >= 2 * 4 * 10")
+    # The page's own run keeps its checkpoints on the score curve.
+    page.locator("#charts .chart").first.locator(".ckpt.best").wait_for()
     legend = page.locator("#charts .chart").first.locator(".u-legend").text_content()
     assert "console-scored-a" in legend and "console-scored-b" in legend
     # Both runs' latest values at rest.

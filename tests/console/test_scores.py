@@ -53,3 +53,21 @@ def test_a_sparkline_keeps_the_best_and_last_value():
     assert len(line["points"]) <= 40 and line["best"] == 0 and line["last"] == 400**2
     assert [600.0, 0.0] in line["points"]  # the minimum survives the cut
     assert sparkline(xs, ys, "max", False)["best"] is None
+
+
+def test_a_feeds_sparkline_follows_the_score_attribute_else_the_first_metric():
+    from trainwire_console.feeds import RunFeed
+    from trainwire_console.sparklines import feed_sparkline
+
+    feed = RunFeed("r1", 1000.0)
+    for i in range(1, 6):
+        event = coordinator_pb2.RunEvent(event_id=i, run_id="r1")
+        event.time.FromSeconds(1000 + i)
+        event.metrics.report_index = i
+        event.metrics.metrics.update({"training_iteration": i, "acc": i / 10, "loss": abs(i - 3.0)})
+        feed.add(event)
+    scored = feed_sparkline(feed, _run("loss", "min"))
+    assert (scored["metric"], scored["best"], scored["last"]) == ("loss", 0.0, 2.0)
+    assert scored["points"][2] == [3.0, 0.0]
+    unscored = feed_sparkline(feed, _run())
+    assert unscored["metric"] == "acc" and unscored["best"] is None and unscored["last"] == 0.5

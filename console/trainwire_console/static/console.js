@@ -258,7 +258,9 @@ const trainwire = (() => {
       const top = u.valToPos(c.value, "y");
       if (!Number.isFinite(left) || !Number.isFinite(top)) continue;
       const el = document.createElement("span");
-      el.className = ["ckpt", c.best && "best", c.served && "served", c.latest && "latest"].filter(Boolean).join(" ");
+      // The served label goes where the curve is not: below a minimum, above a maximum.
+      const side = scores.order === "min" ? "below" : "above";
+      el.className = ["ckpt", c.best && "best", c.served && "served", c.latest && "latest", side].filter(Boolean).join(" ");
       el.dataset.step = c.index;
       el.dataset.checkpoint = c.id;
       el.style.left = `${left}px`;
