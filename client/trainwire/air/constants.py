@@ -14,4 +14,29 @@ TRAIN_DATASET_KEY = "train"
 # The dataset GBDT trainers evaluate on when they take only one.
 EVALUATION_DATASET_KEY = "evaluation"
 
-__all__ = ["EVALUATION_DATASET_KEY", "MODEL_KEY", "PREPROCESSOR_KEY", "TRAIN_DATASET_KEY"]
+# Auto-filled result keys and a trial's file names, Ray's values (``ray.tune.result`` re-exports them).
+TIMESTAMP = "timestamp"
+TIME_THIS_ITER_S = "time_this_iter_s"
+TRAINING_ITERATION = "training_iteration"
+EXPR_PARAM_FILE = "params.json"
+EXPR_PARAM_PICKLE_FILE = "params.pkl"
+EXPR_PROGRESS_FILE = "progress.csv"
+EXPR_RESULT_FILE = "result.json"
+EXPR_ERROR_PICKLE_FILE = "error.pkl"
+EXPR_ERROR_FILE = "error.txt"
+
+__all__ = [
+    "EVALUATION_DATASET_KEY",
+    "EXPR_ERROR_FILE",
+    "EXPR_ERROR_PICKLE_FILE",
+    "EXPR_PARAM_FILE",
+    "EXPR_PARAM_PICKLE_FILE",
+    "EXPR_PROGRESS_FILE",
+    "EXPR_RESULT_FILE",
+    "MODEL_KEY",
+    "PREPROCESSOR_KEY",
+    "TIMESTAMP",
+    "TIME_THIS_ITER_S",
+    "TRAINING_ITERATION",
+    "TRAIN_DATASET_KEY",
+]

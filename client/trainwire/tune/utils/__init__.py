@@ -1,0 +1,84 @@
+"""``ray.tune.utils``: the config helpers Ray's examples use (``flatten_dict``, ``merge_dicts``, ``deep_update``)."""
+
+from __future__ import annotations
+
+import copy
+import time
+from typing import Any
+
+__all__ = ["date_str", "deep_update", "flatten_dict", "merge_dicts", "unflattened_lookup"]
+
+
+def date_str() -> str:
+    """The time now as Ray names folders: ``YYYY-MM-DD_HH-MM-SS``."""
+    return time.strftime("%Y-%m-%d_%H-%M-%S")
+
+
+def flatten_dict(dt: dict, delimiter: str = "/", prevent_delimiter: bool = False) -> dict:
+    """Nested dicts as one level, keys joined with ``delimiter`` (as Ray's)."""
+    dt = copy.copy(dt)
+    if prevent_delimiter and any(delimiter in str(key) for key in dt):
+        raise ValueError(f"Found delimiter `{delimiter}` in key when trying to flatten array.")
+    while any(isinstance(v, dict) for v in dt.values()):
+        remove, add = [], {}
+        for key, value in dt.items():
+            if isinstance(value, dict):
+                for subkey, v in value.items():
+                    if prevent_delimiter and delimiter in str(subkey):
+                        raise ValueError(f"Found delimiter `{delimiter}` in key when trying to flatten array.")
+                    add[delimiter.join([str(key), str(subkey)])] = v
+                remove.append(key)
+        dt.update(add)
+        for k in remove:
+            del dt[k]
+    return dt
+
+
+def unflattened_lookup(flat_key: str, lookup: dict | list, delimiter: str = "/", **kwargs: Any) -> Any:
+    """The value at ``flat_key`` ("a/b/0") in nested dicts and lists; ``default=`` if absent."""
+    node: Any = lookup
+    for part in flat_key.split(delimiter):
+        try:
+            node = node[int(part)] if isinstance(node, (list, tuple)) else node[part]
+        except (KeyError, IndexError, ValueError, TypeError):
+            if "default" in kwargs:
+                return kwargs["default"]
+            raise
+    return node
+
+
+def merge_dicts(d1: dict, d2: dict) -> dict:
+    """A deep copy of ``d1`` updated deeply with ``d2``."""
+    merged = copy.deepcopy(d1)
+    deep_update(merged, d2, new_keys_allowed=True)
+    return merged
+
+
+def deep_update(
+    original: dict,
+    new_dict: dict,
+    new_keys_allowed: bool = False,
+    allow_new_subkey_list: list[str] | None = None,
+    override_all_if_type_changes: list[str] | None = None,
+) -> dict:
+    """Update ``original`` with ``new_dict`` in place, nested dicts merged (Ray's rules for new keys)."""
+    allow_new_subkey_list = allow_new_subkey_list or []
+    override_all_if_type_changes = override_all_if_type_changes or []
+    for k, value in new_dict.items():
+        if k not in original and not new_keys_allowed:
+            raise Exception(f"Unknown config parameter `{k}` ")
+        if isinstance(original.get(k), dict) and isinstance(value, dict):
+            if (
+                k in override_all_if_type_changes
+                and "type" in value
+                and "type" in original[k]
+                and value["type"] != original[k]["type"]
+            ):
+                original[k] = value
+            elif k in allow_new_subkey_list:
+                deep_update(original[k], value, True)
+            else:
+                deep_update(original[k], value, new_keys_allowed)
+        else:
+            original[k] = value
+    return original
