@@ -18,17 +18,18 @@ from trainwire_predictor import __version__
 from trainwire_predictor.batching import Batcher, DynamicBatching
 from trainwire_predictor.generative.requests import GenerateLimits
 from trainwire_predictor.generative.service import TextGenerator, language_model
-from trainwire_predictor.inference import InferenceRequest, InferenceResponse
+from trainwire_predictor.inference import InferenceRequest, InferenceResponse, raw_bytes
 from trainwire_predictor.model_repository import ModelRepository
 from trainwire_predictor.models import TensorSpec
 from trainwire_predictor.routing import Router
+from trainwire_predictor.shared_memory import SharedMemoryRef, SharedMemoryRegistry
 from trainwire_predictor.statistics import ModelStats, Recorder, Recorders, Statistics, Timing, now_ns
 
 T = TypeVar("T")
 
 SERVER_NAME = "trainwire-predictor"
 # The Open Inference Protocol extensions both front ends offer.
-EXTENSIONS = ("model_repository", "statistics", "model_configuration", "generate")
+EXTENSIONS = ("model_repository", "statistics", "model_configuration", "system_shared_memory", "generate")
 
 
 @dataclass(frozen=True)
@@ -112,6 +113,7 @@ class DataPlane:
             batcher.recorder = self.recorder
         self.generator = TextGenerator(self.router, self.recorder, generate_limits or GenerateLimits())
         self.version = __version__
+        self.shared_memory = SharedMemoryRegistry()
 
     async def infer(self, request: InferenceRequest, encode: Callable[[InferenceResponse], T]) -> T:
         """Scores one request and encodes the answer with the front end's ``encode``.
@@ -129,11 +131,15 @@ class DataPlane:
         # Fresh cached reads answer without awaiting: nearly every request.
         request, shadow, model = self.router.target_now(request) or await self.router.target(request)
         try:
+            if request.shared_memory:
+                self._read_shared_inputs(request)
             model.in_flight += 1  # the cache keeps a model while it scores (LoadedModel.serving, inlined)
             try:
                 response = await self.batcher.infer(request, model, timing)
             finally:
                 model.in_flight -= 1
+            if request.output_regions:
+                self._write_shared_outputs(request.output_regions, response)
             started = now_ns()
             encoded = encode(response)
             timing.output_ns += now_ns() - started
@@ -144,6 +150,20 @@ class DataPlane:
         if shadow:
             self.router.shadow(request, shadow, response)
         return encoded
+
+    def _read_shared_inputs(self, request: InferenceRequest) -> None:
+        """Replaces each input placed in shared memory by a copy of its bytes (bounds checked)."""
+        for tensor in request.inputs:
+            if isinstance(tensor.data, SharedMemoryRef):
+                tensor.data = self.shared_memory.read(tensor.data)
+
+    def _write_shared_outputs(self, regions: dict[str, SharedMemoryRef], response: InferenceResponse) -> None:
+        """Writes the outputs asked for in shared memory there; the answer then carries only their metadata."""
+        for name, arr in response.outputs:
+            ref = regions.get(name)
+            if ref is not None:
+                self.shared_memory.write(ref, raw_bytes(arr))
+        response.output_regions = regions
 
     async def model_ready(self, name: str, version: str = "") -> bool:
         """Whether the model resolves and loads (loading it if it is not loaded yet)."""

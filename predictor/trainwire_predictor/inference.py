@@ -21,6 +21,7 @@ import numpy as np
 
 from trainwire_core.errors import InvalidArgumentError
 from trainwire_core.inference.codec import DTYPES, MAX_DIM, check_shape, datatype_of, from_raw, to_raw
+from trainwire_predictor.shared_memory import SharedMemoryRef
 
 # The datatype of a numpy dtype, looked up once per dtype (on every request and output otherwise).
 datatype_name = functools.cache(datatype_of)
@@ -35,14 +36,15 @@ class InputTensor:
         datatype: Its Open Inference Protocol datatype (``FP32``, ``BYTES``, ...).
         shape: Its shape.
         data: Raw little-endian row-major bytes (BYTES elements length-prefixed), or a
-            sequence of its elements (flat or nested, row-major).
+            sequence of its elements (flat or nested, row-major), or where its raw bytes lie
+            in a registered shared memory region (the data plane reads them before decoding).
         field: Where the data sits in the caller's request, for error messages.
     """
 
     name: str
     datatype: str
     shape: Sequence[int]
-    data: bytes | memoryview | Sequence[Any]
+    data: bytes | memoryview | Sequence[Any] | SharedMemoryRef
     field: str = "inputs"
 
     @property
@@ -63,6 +65,8 @@ class InferenceRequest:
         outputs: The outputs asked for, by name (empty: every output).
         routing_key: The caller's sticky-routing key (the ``routing_key`` parameter or the
             ``routing-key`` header); "" for none.
+        output_regions: Outputs to write into shared memory regions (name -> where), or None.
+        shared_memory: Whether any input or output lies in shared memory.
     """
 
     model_name: str
@@ -71,16 +75,23 @@ class InferenceRequest:
     inputs: list[InputTensor] = field(default_factory=list)
     outputs: list[str] = field(default_factory=list)
     routing_key: str = ""
+    output_regions: dict[str, SharedMemoryRef] | None = None
+    shared_memory: bool = False
 
 
 @dataclass(slots=True)
 class InferenceResponse:
-    """The answer to one request: output name -> array, in the order asked for."""
+    """The answer to one request: output name -> array, in the order asked for.
+
+    ``output_regions`` names the outputs already written into shared memory: front ends
+    answer only their metadata (and where they lie).
+    """
 
     model_name: str
     model_version: str
     id: str
     outputs: list[tuple[str, np.ndarray]]
+    output_regions: dict[str, SharedMemoryRef] | None = None
 
 
 def raw_bytes(arr: np.ndarray) -> bytes:

@@ -12,6 +12,7 @@ from trainwire_core.errors import InvalidArgumentError
 from trainwire_core.inference import grpc_service_pb2 as pb
 from trainwire_core.inference.codec import CONTENTS_FIELDS, fill_contents
 from trainwire_predictor.inference import InferenceRequest, InferenceResponse, InputTensor, datatype_name, raw_bytes
+from trainwire_predictor.shared_memory import BYTE_SIZE, OFFSET, REGION, SharedMemoryRef, region_ref
 
 
 def routing_key_of(parameters: Any) -> str:
@@ -27,31 +28,50 @@ def request_from_proto(request: pb.ModelInferRequest, routing_key: str = "") -> 
     """The protocol-neutral request; checks only what is particular to protobuf (raw vs typed contents).
 
     The ``routing_key`` parameter wins over ``routing_key`` (the call's ``routing-key`` metadata).
+    An input or output with a ``shared_memory_region`` parameter lies in shared memory (Triton's
+    system shared memory extension); raw contents then cover only the other inputs, in order.
 
     Raises:
         InvalidArgumentError: raw contents that do not match the inputs one to one, an input
-            with both, or typed contents in another datatype's field.
+            with both, typed contents in another datatype's field, or bad shared memory parameters.
     """
     inputs = request.inputs
     raw = request.raw_input_contents
-    if raw and len(raw) != len(inputs):
+    shared: list[SharedMemoryRef | None] = [
+        region_ref(_plain(t.parameters), f"inputs[{i}].parameters") if t.parameters else None
+        for i, t in enumerate(inputs)
+    ]
+    in_memory = len(inputs) - sum(ref is not None for ref in shared)
+    if raw and len(raw) != in_memory:
         raise InvalidArgumentError(
-            f"raw_input_contents has {len(raw)} entries for {len(inputs)} inputs; send one per input, in order",
+            f"raw_input_contents has {len(raw)} entries for {in_memory} inputs; send one per input "
+            "(but those in shared memory), in order",
             field="raw_input_contents",
         )
     tensors = []
+    next_raw = 0
     for i, tensor in enumerate(inputs):
-        if raw:
+        ref = shared[i]
+        if ref is not None:
+            tensors.append(InputTensor(tensor.name, tensor.datatype, tensor.shape, ref, f"{ref.field}.{REGION}"))
+        elif raw:
             if tensor.HasField("contents"):
                 raise InvalidArgumentError(
                     f"input {tensor.name!r} has typed contents while the request uses raw_input_contents; "
                     "send every input one way or the other",
                     field=f"inputs[{i}].contents",
                 )
-            tensors.append(InputTensor(tensor.name, tensor.datatype, tensor.shape, raw[i], f"raw_input_contents[{i}]"))
+            field = f"raw_input_contents[{next_raw}]"
+            tensors.append(InputTensor(tensor.name, tensor.datatype, tensor.shape, raw[next_raw], field))
+            next_raw += 1
         else:
             field = f"inputs[{i}].contents"
             tensors.append(InputTensor(tensor.name, tensor.datatype, tensor.shape, _typed(tensor, field), field))
+    regions = {
+        out.name: ref
+        for i, out in enumerate(request.outputs)
+        if out.parameters and (ref := region_ref(_plain(out.parameters), f"outputs[{i}].parameters")) is not None
+    }
     return InferenceRequest(
         request.model_name,
         request.model_version,
@@ -59,7 +79,18 @@ def request_from_proto(request: pb.ModelInferRequest, routing_key: str = "") -> 
         tensors,
         [out.name for out in request.outputs],
         routing_key_of(request.parameters) or routing_key,
+        regions or None,
+        bool(regions) or in_memory < len(inputs),
     )
+
+
+def _plain(parameters: Any) -> dict[str, Any]:
+    """A parameters map as name -> its value (whichever of the oneof is set)."""
+    plain = {}
+    for key, param in parameters.items():
+        kind = param.WhichOneof("parameter_choice")
+        plain[key] = None if kind is None else getattr(param, kind)
+    return plain
 
 
 def _typed(tensor: pb.ModelInferRequest.InferInputTensor, field: str) -> list:
@@ -82,13 +113,26 @@ def _typed(tensor: pb.ModelInferRequest.InferInputTensor, field: str) -> list:
 
 
 def response_to_proto(response: InferenceResponse, raw: bool) -> pb.ModelInferResponse:
-    """The ModelInferResponse: raw output contents when the request was raw, typed contents otherwise."""
+    """The ModelInferResponse: raw output contents when the request was raw, typed contents otherwise.
+
+    An output written into shared memory carries its metadata and where it lies, and no data
+    (an empty raw entry keeps the raw contents in output order, as tritonclient reads them).
+    """
     message = pb.ModelInferResponse(
         model_name=response.model_name, model_version=response.model_version, id=response.id
     )
+    regions = response.output_regions
     for name, arr in response.outputs:
         tensor = message.outputs.add(name=name, datatype=datatype_name(arr.dtype), shape=arr.shape)
-        if raw:
+        ref = regions.get(name) if regions else None
+        if ref is not None:
+            tensor.parameters[REGION].string_param = ref.region
+            tensor.parameters[BYTE_SIZE].int64_param = ref.byte_size
+            if ref.offset:
+                tensor.parameters[OFFSET].int64_param = ref.offset
+            if raw:
+                message.raw_output_contents.append(b"")
+        elif raw:
             message.raw_output_contents.append(raw_bytes(arr))
         else:
             fill_contents(tensor.contents, arr)

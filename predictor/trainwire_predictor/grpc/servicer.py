@@ -27,6 +27,7 @@ from trainwire_predictor.grpc.codec import request_from_proto, response_to_proto
 from trainwire_predictor.grpc.generate import generate_responses, generate_text, is_generate_request
 from trainwire_predictor.model_repository import ModelRepository
 from trainwire_predictor.models import TensorSpec
+from trainwire_predictor.shared_memory import cuda_unimplemented
 from trainwire_predictor.statistics import Recorder, Statistics
 
 logger = logging.getLogger(__name__)
@@ -265,3 +266,48 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         version = request.parameters["version"].string_param if "version" in request.parameters else ""
         await self.dataplane.unload(request.model_name, version)
         return pb.RepositoryModelUnloadResponse()
+
+    # --- Triton's system shared memory extension (CUDA's answers UNIMPLEMENTED) ----------
+    @handle_errors
+    async def SystemSharedMemoryStatus(
+        self, request: pb.SystemSharedMemoryStatusRequest, context: Context
+    ) -> pb.SystemSharedMemoryStatusResponse:
+        status = pb.SystemSharedMemoryStatusResponse.RegionStatus
+        return pb.SystemSharedMemoryStatusResponse(
+            regions={
+                r.name: status(name=r.name, key=r.key, offset=r.offset, byte_size=r.byte_size)
+                for r in self.dataplane.shared_memory.status(request.name)
+            }
+        )
+
+    @handle_errors
+    async def SystemSharedMemoryRegister(
+        self, request: pb.SystemSharedMemoryRegisterRequest, context: Context
+    ) -> pb.SystemSharedMemoryRegisterResponse:
+        self.dataplane.shared_memory.register(request.name, request.key, request.offset, request.byte_size)
+        return pb.SystemSharedMemoryRegisterResponse()
+
+    @handle_errors
+    async def SystemSharedMemoryUnregister(
+        self, request: pb.SystemSharedMemoryUnregisterRequest, context: Context
+    ) -> pb.SystemSharedMemoryUnregisterResponse:
+        self.dataplane.shared_memory.unregister(request.name)
+        return pb.SystemSharedMemoryUnregisterResponse()
+
+    @handle_errors
+    async def CudaSharedMemoryStatus(
+        self, request: pb.CudaSharedMemoryStatusRequest, context: Context
+    ) -> pb.CudaSharedMemoryStatusResponse:
+        raise cuda_unimplemented()
+
+    @handle_errors
+    async def CudaSharedMemoryRegister(
+        self, request: pb.CudaSharedMemoryRegisterRequest, context: Context
+    ) -> pb.CudaSharedMemoryRegisterResponse:
+        raise cuda_unimplemented()
+
+    @handle_errors
+    async def CudaSharedMemoryUnregister(
+        self, request: pb.CudaSharedMemoryUnregisterRequest, context: Context
+    ) -> pb.CudaSharedMemoryUnregisterResponse:
+        raise cuda_unimplemented()

@@ -7,7 +7,10 @@ rest, in input order (raw little-endian, BYTES elements length-prefixed, as
 gRPC's raw contents). Outputs travel as JSON ``data`` unless the request asks
 for binary (``parameters.binary_data`` on an output, or
 ``parameters.binary_data_output`` for every output: what ``tritonclient.http``
-sends by default); the answer is then laid out the same way.
+sends by default); the answer is then laid out the same way. An input or output
+with ``parameters.shared_memory_region`` (and ``shared_memory_byte_size``,
+``shared_memory_offset``) lies in a registered shared memory region instead
+(Triton's system shared memory extension).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import orjson
 
 from trainwire_core.errors import InvalidArgumentError
 from trainwire_predictor.inference import InferenceRequest, InferenceResponse, InputTensor, datatype_name, raw_bytes
+from trainwire_predictor.shared_memory import BYTE_SIZE, OFFSET, REGION, SharedMemoryRef, region_ref
 
 HEADER_LENGTH = "inference-header-content-length"
 JSON_TYPE = "application/json"
@@ -96,7 +100,7 @@ def parse_infer_request(
     raw_inputs = doc.get("inputs")
     if not isinstance(raw_inputs, list):
         raise InvalidArgumentError("the request needs an inputs list", field="inputs")
-    inputs, offset = [], 0
+    inputs, offset, shared = [], 0, False
     for i, spec in enumerate(raw_inputs):
         field = f"inputs[{i}]"
         if not isinstance(spec, dict):
@@ -108,8 +112,13 @@ def parse_infer_request(
             raise InvalidArgumentError(f"{field}.datatype must be a string", field=f"{field}.datatype")
         if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) for d in shape):
             raise InvalidArgumentError(f"{field}.shape must be a list of integers", field=f"{field}.shape")
-        size = _param(spec.get("parameters"), "binary_data_size", f"{field}.parameters")
-        if size is not None:
+        params = spec.get("parameters")
+        size = _param(params, "binary_data_size", f"{field}.parameters")
+        ref = region_ref(params, f"{field}.parameters") if params and REGION in params else None
+        if ref is not None:
+            shared = True
+            inputs.append(InputTensor(name, datatype, shape, ref, f"{field}.parameters.{REGION}"))
+        elif size is not None:
             if not isinstance(size, int) or isinstance(size, bool) or size < 0 or offset + size > len(binary):
                 raise InvalidArgumentError(
                     f"{field}.parameters.binary_data_size {size!r} runs past the {len(binary)} bytes of binary data",
@@ -128,7 +137,7 @@ def parse_infer_request(
         raise InvalidArgumentError(
             f"the body holds {len(binary)} bytes of binary data but the inputs take {offset}", field="body"
         )
-    outputs, binary_outputs = [], {}
+    outputs, binary_outputs, regions = [], {}, {}
     raw_outputs = doc.get("outputs", [])
     if not isinstance(raw_outputs, list):
         raise InvalidArgumentError("outputs must be a list", field="outputs")
@@ -138,7 +147,10 @@ def parse_infer_request(
         if not isinstance(name, str):
             raise InvalidArgumentError(f"{field}.name must be a string", field=f"{field}.name")
         outputs.append(name)
-        binary_outputs[name] = _flag(spec.get("parameters"), "binary_data", f"{field}.parameters")
+        params = spec.get("parameters")
+        binary_outputs[name] = _flag(params, "binary_data", f"{field}.parameters")
+        if params and REGION in params and (ref := region_ref(params, f"{field}.parameters")) is not None:
+            regions[name] = ref
     default = _flag(doc.get("parameters"), "binary_data_output", "parameters")
     key = _param(doc.get("parameters"), "routing_key", "parameters")
     if key is not None:
@@ -147,7 +159,9 @@ def parse_infer_request(
                 "parameters.routing_key must be a string or an integer", field="parameters.routing_key"
             )
         routing_key = str(key)
-    request = InferenceRequest(model_name, model_version, request_id, inputs, outputs, routing_key)
+    request = InferenceRequest(
+        model_name, model_version, request_id, inputs, outputs, routing_key, regions or None, shared or bool(regions)
+    )
     return request, OutputForm(default, binary_outputs)
 
 
@@ -161,9 +175,13 @@ def _json_data(arr: np.ndarray) -> list[Any]:
 def encode_infer_response(response: InferenceResponse, form: OutputForm) -> tuple[bytes, dict[str, str]]:
     """The body and headers of an ``/infer`` answer (JSON, then binary outputs when asked for)."""
     outputs, blobs = [], []
+    regions = response.output_regions
     for name, arr in response.outputs:
         tensor: dict[str, Any] = {"name": name, "datatype": datatype_name(arr.dtype), "shape": list(arr.shape)}
-        if form.is_binary(name):
+        ref = regions.get(name) if regions else None
+        if ref is not None:
+            tensor["parameters"] = _region_parameters(ref)
+        elif form.is_binary(name):
             blob = raw_bytes(arr)
             tensor["parameters"] = {"binary_data_size": len(blob)}
             blobs.append(blob)
@@ -177,6 +195,14 @@ def encode_infer_response(response: InferenceResponse, form: OutputForm) -> tupl
     if not blobs:
         return head, {"content-type": JSON_TYPE}
     return b"".join([head, *blobs]), {"content-type": BINARY_TYPE, HEADER_LENGTH: str(len(head))}
+
+
+def _region_parameters(ref: SharedMemoryRef) -> dict[str, Any]:
+    """Where an output written into shared memory lies (its only data in the answer)."""
+    params: dict[str, Any] = {REGION: ref.region, BYTE_SIZE: ref.byte_size}
+    if ref.offset:
+        params[OFFSET] = ref.offset
+    return params
 
 
 def dumps(doc: Any) -> bytes:

@@ -12,12 +12,16 @@ Routes (``{m}`` a run name or id, ``{v}`` a checkpoint id):
 - ``GET /v2/models/{m}[/versions/{v}]``, ``.../ready``, ``POST .../infer``;
 - ``GET /v2/models[/{m}[/versions/{v}]]/stats``: Triton's statistics extension;
 - ``POST /v2/repository/index``, ``POST /v2/repository/models/{m}/load|unload``;
+- ``GET /v2/systemsharedmemory[/region/{r}]/status``, ``POST /v2/systemsharedmemory/region/{r}/register``,
+  ``POST /v2/systemsharedmemory[/region/{r}]/unregister``: Triton's system shared memory extension
+  (``/v2/cudasharedmemory/...`` answers 501);
 - ``POST /v2/models/{m}[/versions/{v}]/generate|generate_stream``, ``POST /v1/completions``,
   ``POST /v1/chat/completions``, ``GET /v1/models``: token generation (``rest.generate`` and the
   OpenAI front end, ``openai``, mounted here on the same port).
 
 With tokens configured, every route but health needs ``authorization: Bearer
-<token>`` with the ``predict`` scope (load and unload: ``admin``), the same
+<token>`` with the ``predict`` scope (load and unload, shared memory register and
+unregister: ``admin``), the same
 table and scopes as the gRPC service.
 """
 
@@ -46,6 +50,7 @@ from trainwire_predictor.openai.endpoints import OpenAIEndpoints, openai_error
 from trainwire_predictor.rest.codec import HEADER_LENGTH, encode_infer_response, parse_infer_request, parse_json
 from trainwire_predictor.rest.errors import error_response, json_response
 from trainwire_predictor.rest.generate import GenerateEndpoints
+from trainwire_predictor.shared_memory import cuda_unimplemented
 
 logger = logging.getLogger(__name__)
 
@@ -171,6 +176,7 @@ class RestFrontEnd:
             route("/v2/repository/index", self.repository_index, "POST"),
             route("/v2/repository/models/{model}/load", self.load, "POST", ADMIN),
             route("/v2/repository/models/{model}/unload", self.unload, "POST", ADMIN),
+            *self._shared_memory_routes(),
             *GenerateEndpoints(generator, self._json_body).routes(route),
             *OpenAIEndpoints(OpenAIDataPlane(generator, self._model_names), self._json_body).routes(route),
             *(
@@ -183,6 +189,22 @@ class RestFrontEnd:
                     route(f"{base}/stats", self.stats, "GET"),
                 )
             ),
+        ]
+
+    def _shared_memory_routes(self) -> list[Route]:
+        """Triton's system shared memory extension; CUDA's paths answer 501 (after the same scope checks)."""
+        route, shm, cuda = self._route, "/v2/systemsharedmemory", "/v2/cudasharedmemory"
+        return [
+            route(f"{shm}/status", self.shm_status, "GET"),
+            route(f"{shm}/region/{{region}}/status", self.shm_status, "GET"),
+            route(f"{shm}/region/{{region}}/register", self.shm_register, "POST", ADMIN),
+            route(f"{shm}/unregister", self.shm_unregister, "POST", ADMIN),
+            route(f"{shm}/region/{{region}}/unregister", self.shm_unregister, "POST", ADMIN),
+            route(f"{cuda}/status", self.cuda_shm, "GET"),
+            route(f"{cuda}/region/{{region}}/status", self.cuda_shm, "GET"),
+            route(f"{cuda}/region/{{region}}/register", self.cuda_shm, "POST", ADMIN),
+            route(f"{cuda}/unregister", self.cuda_shm, "POST", ADMIN),
+            route(f"{cuda}/region/{{region}}/unregister", self.cuda_shm, "POST", ADMIN),
         ]
 
     def app(self) -> Callable[[Scope, Receive, Send], Awaitable[None]]:
@@ -315,6 +337,29 @@ class RestFrontEnd:
         if not isinstance(version, str):
             raise InvalidArgumentError("parameters.version must be a string", field="parameters.version")
         return version
+
+    async def shm_status(self, request: Request) -> Response:
+        regions = self.dataplane.shared_memory.status(request.path_params.get("region", ""))
+        return json_response(
+            [{"name": r.name, "key": r.key, "offset": r.offset, "byte_size": r.byte_size} for r in regions]
+        )
+
+    async def shm_register(self, request: Request) -> Response:
+        doc = await self._json_body(request)
+        key = doc.get("key")
+        if not isinstance(key, str):
+            raise InvalidArgumentError("key must be a string (a POSIX shared memory name, '/name')", field="key")
+        self.dataplane.shared_memory.register(
+            request.path_params["region"], key, doc.get("offset", 0), doc.get("byte_size")
+        )
+        return Response(b"", 200)
+
+    async def shm_unregister(self, request: Request) -> Response:
+        self.dataplane.shared_memory.unregister(request.path_params.get("region", ""))
+        return Response(b"", 200)
+
+    async def cuda_shm(self, request: Request) -> Response:
+        raise cuda_unimplemented()
 
     async def load(self, request: Request) -> Response:
         await self.dataplane.load(request.path_params["model"], await self._version_parameter(request))
