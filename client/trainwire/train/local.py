@@ -14,9 +14,12 @@ import shutil
 import time
 import traceback
 import uuid
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from trainwire.callbacks import dispatch
 from trainwire.checkpoint import Checkpoint
@@ -114,7 +117,212 @@ class LocalSession(TrainSession):
         data = self._datasets[name]
         if hasattr(data, "iterator"):  # a ray.data.Dataset: its iterator, as a worker's shard is
             return data.iterator()
+        if isinstance(data, pd.DataFrame | pa.Table):
+            # A worker's shard is a Ray Data iterator: the same methods here, without starting Ray.
+            return LocalDataShard(data)
         return data
+
+
+def _column_values(column: pa.ChunkedArray) -> np.ndarray:
+    """A column as numpy; list-typed cells (tensors) stacked into one array where they have one shape."""
+    values = column.to_numpy(zero_copy_only=False)
+    if values.dtype == object and len(values) and all(isinstance(v, np.ndarray) for v in values):
+        try:
+            return np.stack(values)
+        except ValueError:
+            return values
+    return values
+
+
+class LocalDataShard:
+    """A local-mode dataset shard with Ray Data's ``DataIterator`` methods (and ``materialize()``'s).
+
+    A worker gets its shard as a Ray Data iterator; in local mode a pandas DataFrame or an Arrow
+    table passed as a dataset is wrapped in this instead, so the loop reads it the same way:
+    ``iter_batches``, ``iter_torch_batches``, ``iter_tf_batches``, ``iter_rows``, ``to_tf``,
+    ``materialize().to_pandas()`` (Ray's GBDT pattern), ``count``, ``schema``. Batches come in the
+    rows' order unless ``local_shuffle_buffer_size`` is given (then the rows are shuffled once per
+    pass, seeded by ``local_shuffle_seed``); ``prefetch_batches`` has nothing to prefetch here.
+    """
+
+    def __init__(self, data: pd.DataFrame | pa.Table) -> None:
+        self._table = pa.Table.from_pandas(data, preserve_index=False) if isinstance(data, pd.DataFrame) else data
+
+    def __repr__(self) -> str:
+        return f"LocalDataShard(num_rows={self._table.num_rows}, schema={self._table.schema.names})"
+
+    # --- Ray Data's DataIterator ------------------------------------------------------------
+    def iter_batches(
+        self,
+        *,
+        prefetch_batches: int = 1,
+        batch_size: int | None = 256,
+        batch_format: str | None = "default",
+        drop_last: bool = False,
+        local_shuffle_buffer_size: int | None = None,
+        local_shuffle_seed: int | None = None,
+    ) -> Iterator[Any]:
+        """Batches of ``batch_size`` rows as dicts of numpy arrays ("default"/"numpy"), "pandas" or "pyarrow"."""
+        if batch_format not in ("default", "numpy", "pandas", "pyarrow", None):
+            raise ValueError(f"batch_format must be 'default', 'numpy', 'pandas' or 'pyarrow', got {batch_format!r}")
+        table = self._table
+        if local_shuffle_buffer_size:
+            order = np.random.default_rng(local_shuffle_seed).permutation(table.num_rows)
+            table = table.take(pa.array(order))
+        size = table.num_rows if batch_size is None else int(batch_size)
+        if size <= 0:
+            raise ValueError(f"batch_size must be positive, got {batch_size}")
+        for start in range(0, table.num_rows, size):
+            part = table.slice(start, size)
+            if drop_last and part.num_rows < size:
+                break
+            if batch_format == "pyarrow":
+                yield part
+            elif batch_format == "pandas":
+                yield part.to_pandas()
+            else:
+                yield {name: _column_values(part.column(name)) for name in part.column_names}
+
+    def iter_rows(self) -> Iterator[dict[str, Any]]:
+        """Each row as a dict."""
+        yield from self._table.to_pylist()
+
+    def iter_torch_batches(
+        self,
+        *,
+        prefetch_batches: int = 1,
+        batch_size: int | None = 256,
+        dtypes: Any = None,
+        device: Any = "auto",
+        collate_fn: Callable[[dict[str, np.ndarray]], Any] | None = None,
+        drop_last: bool = False,
+        local_shuffle_buffer_size: int | None = None,
+        local_shuffle_seed: int | None = None,
+        pin_memory: bool = False,
+    ) -> Iterator[Any]:
+        """Batches as dicts of torch tensors (``dtypes``: one dtype or one per column), or ``collate_fn``'s."""
+        import torch
+
+        target = "cpu" if device == "auto" else device  # one process, no accelerator assigned to it
+        for batch in self.iter_batches(
+            batch_size=batch_size,
+            drop_last=drop_last,
+            local_shuffle_buffer_size=local_shuffle_buffer_size,
+            local_shuffle_seed=local_shuffle_seed,
+        ):
+            if collate_fn is not None:
+                yield collate_fn(batch)
+                continue
+            yield {
+                name: torch.tensor(
+                    values, dtype=dtypes.get(name) if isinstance(dtypes, dict) else dtypes, device=target
+                )
+                for name, values in batch.items()
+            }
+
+    def iter_tf_batches(
+        self,
+        *,
+        prefetch_batches: int = 1,
+        batch_size: int | None = 256,
+        dtypes: Any = None,
+        drop_last: bool = False,
+        local_shuffle_buffer_size: int | None = None,
+        local_shuffle_seed: int | None = None,
+    ) -> Iterator[dict[str, Any]]:
+        """Batches as dicts of TensorFlow tensors (``dtypes``: one dtype or one per column)."""
+        import tensorflow as tf
+
+        for batch in self.iter_batches(
+            batch_size=batch_size,
+            drop_last=drop_last,
+            local_shuffle_buffer_size=local_shuffle_buffer_size,
+            local_shuffle_seed=local_shuffle_seed,
+        ):
+            yield {
+                name: tf.convert_to_tensor(values, dtype=dtypes.get(name) if isinstance(dtypes, dict) else dtypes)
+                for name, values in batch.items()
+            }
+
+    def to_tf(
+        self,
+        feature_columns: str | list[str],
+        label_columns: str | list[str],
+        *,
+        additional_columns: str | list[str] | None = None,
+        prefetch_batches: int = 1,
+        batch_size: int = 1,
+        drop_last: bool = False,
+        local_shuffle_buffer_size: int | None = None,
+        local_shuffle_seed: int | None = None,
+        feature_type_spec: Any = None,
+        label_type_spec: Any = None,
+        additional_type_spec: Any = None,
+    ) -> Any:
+        """A ``tf.data.Dataset`` of (features, labels): a tensor for one column name, a dict for a list."""
+        import tensorflow as tf
+
+        def pick(columns: str | list[str], batch: dict[str, np.ndarray]) -> Any:
+            if isinstance(columns, str):
+                return batch[columns]
+            return {c: batch[c] for c in columns}
+
+        full = next(
+            self.iter_batches(
+                batch_size=None,
+                local_shuffle_buffer_size=local_shuffle_buffer_size,
+                local_shuffle_seed=local_shuffle_seed,
+            ),
+            None,
+        )
+        if full is None:
+            full = {name: np.array([]) for name in self._table.column_names}
+        parts = [pick(feature_columns, full), pick(label_columns, full)]
+        if additional_columns is not None:
+            parts.append(pick(additional_columns, full))
+        return tf.data.Dataset.from_tensor_slices(tuple(parts)).batch(batch_size, drop_remainder=drop_last)
+
+    def materialize(self) -> LocalDataShard:
+        """The shard's rows, held (they already are): ``to_pandas()``, ``count()``, ``take()`` ..."""
+        return LocalDataShard(self._table)
+
+    def schema(self) -> pa.Schema:
+        """The rows' Arrow schema."""
+        return self._table.schema
+
+    def stats(self) -> str:
+        """A line about the shard (Ray's execution statistics have nothing to report here)."""
+        return f"local-mode shard: {self._table.num_rows} rows, {self._table.num_columns} columns"
+
+    # --- MaterializedDataset's reads -------------------------------------------------------
+    def to_pandas(self, limit: int | None = None) -> pd.DataFrame:
+        """The rows as a pandas DataFrame."""
+        table = self._table if limit is None else self._table.slice(0, limit)
+        return table.to_pandas()
+
+    def to_arrow(self) -> pa.Table:
+        """The rows as an Arrow table."""
+        return self._table
+
+    def count(self) -> int:
+        """The number of rows."""
+        return self._table.num_rows
+
+    def columns(self) -> list[str]:
+        """The column names."""
+        return list(self._table.column_names)
+
+    def take(self, limit: int = 20) -> list[dict[str, Any]]:
+        """The first ``limit`` rows as dicts."""
+        return self._table.slice(0, limit).to_pylist()
+
+    def take_all(self, limit: int | None = None) -> list[dict[str, Any]]:
+        """Every row as a dict."""
+        return self._table.to_pylist() if limit is None else self.take(limit)
+
+    def take_batch(self, batch_size: int = 20, *, batch_format: str | None = "default") -> Any:
+        """The first ``batch_size`` rows as one batch."""
+        return next(self.iter_batches(batch_size=batch_size, batch_format=batch_format))
 
 
 def _ranked(session: LocalSession, trainer: DataParallelTrainer) -> list[ReportedCheckpoint]:
