@@ -88,6 +88,26 @@ def _innermost(search_alg: Any) -> Any:
     return search_alg
 
 
+def _apply_tuner_kwargs(kwargs: dict[str, Any], run_config: RunConfig | None, trainable: Any) -> RunConfig | None:
+    """Ray's private ``Tuner(_tuner_kwargs=...)``: ``fail_fast`` is honoured, the others warned about."""
+    import warnings
+
+    fail_fast = kwargs.pop("fail_fast", None)
+    if kwargs:
+        warnings.warn(
+            f"Tuner(_tuner_kwargs=...): {', '.join(sorted(kwargs))} have no effect in trainwire "
+            "(a search runs in the coordinator)",
+            UserWarning,
+            stacklevel=3,
+        )
+    if not fail_fast:
+        return run_config
+    base = run_config
+    if base is None:
+        base = trainable.run_config if isinstance(trainable, BaseTrainer) else RunConfig()
+    return dataclasses.replace(base, failure_config=dataclasses.replace(base.failure_config, fail_fast=True))
+
+
 def _nested_search_alg(search_alg: Any) -> Any:
     """A search algorithm whose space and points are a function trainable's config, keyed as its trainer's."""
     search_alg = copy.copy(search_alg)
@@ -236,7 +256,11 @@ class Tuner:
         param_space: dict[str, Any] | None = None,
         tune_config: TuneConfig | None = None,
         run_config: RunConfig | None = None,
+        _tuner_kwargs: dict[str, Any] | None = None,
     ) -> None:
+        if _tuner_kwargs:
+            # Ray passes these on to tune.run: fail_fast is the run's FailureConfig.fail_fast, as there.
+            run_config = _apply_tuner_kwargs(dict(_tuner_kwargs), run_config, trainable)
         if isinstance(trainable, str):  # a name given to tune.register_trainable
             trainable = registered_trainable(trainable)
         # A function trainable (Ray Tune's train_fn(config)) or a Trainable class: param_space is its config.

@@ -1,0 +1,89 @@
+"""The Tune names Ray's bundled examples import that trainwire lacked: checked against Ray itself.
+
+``ray.tune.result``'s keys, ``ray.tune.logger.LoggerCallback``'s hooks, ``ray.tune.utils``'s config
+helpers and ``mock_trainable.MyTrainableClass``, and ``Tuner(_tuner_kwargs=...)``.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from trainwire.tune.callback import Trial
+
+
+def test_result_keys_have_rays_values():
+    import ray.tune.result as ray_result
+
+    import trainwire.tune.result as tw_result
+
+    names = [n for n in dir(ray_result) if n.isupper()]
+    assert names and {n: getattr(tw_result, n) for n in names} == {n: getattr(ray_result, n) for n in names}
+
+
+def test_logger_callback_routes_hooks_to_log_methods():
+    from trainwire.tune.logger import LoggerCallback, pretty_print
+
+    calls = []
+
+    class Recording(LoggerCallback):
+        def log_trial_start(self, trial):
+            calls.append(("start", trial.index))
+
+        def log_trial_result(self, iteration, trial, result):
+            calls.append(("result", result["loss"]))
+
+        def log_trial_end(self, trial, failed=False):
+            calls.append(("end", failed))
+
+    trial = Trial("t0", 0, {"lr": 0.1}, "RUNNING")
+    cb = Recording()
+    cb.on_trial_start(iteration=0, trials=[trial], trial=trial)
+    cb.on_trial_result(iteration=1, trials=[trial], trial=trial, result={"loss": 0.5})
+    cb.on_trial_error(iteration=2, trials=[trial], trial=trial)
+    cb.on_trial_complete(iteration=2, trials=[trial], trial=trial)
+    assert calls == [("start", 0), ("result", 0.5), ("end", True), ("end", False)]
+    text = pretty_print({"loss": 0.5, "config": {"lr": 0.1}, "skip": None})
+    assert "loss: 0.5" in text and "config" not in text and "skip" not in text
+
+
+def test_utils_match_rays():
+    from ray.tune import utils as ray_utils
+
+    from trainwire.tune import utils
+
+    nested = {"a": {"b": 1, "c": {"d": [1, 2]}}, "x": 2}
+    assert utils.flatten_dict(nested) == ray_utils.flatten_dict(nested)
+    assert utils.flatten_dict(nested, delimiter=".") == ray_utils.flatten_dict(nested, delimiter=".")
+    update = {"a": {"c": {"e": 3}}, "y": 1}
+    assert utils.merge_dicts(nested, update) == ray_utils.merge_dicts(nested, update)
+    assert utils.unflattened_lookup("a/c/d/1", nested) == 2
+    with pytest.raises(Exception, match="Unknown config parameter"):
+        utils.deep_update({"a": 1}, {"b": 2})
+
+
+def test_mock_trainable_learns_a_sigmoid_and_restores_its_timestep(tmp_path):
+    from trainwire.tune import Trainable
+    from trainwire.tune.utils.mock_trainable import MyTrainableClass
+
+    assert issubclass(MyTrainableClass, Trainable)
+    trainable = MyTrainableClass.__new__(MyTrainableClass)
+    trainable.config = {"width": 2, "height": 3}
+    trainable.setup(trainable.config)
+    rewards = [trainable.step()["episode_reward_mean"] for _ in range(3)]
+    assert rewards == sorted(rewards) and 0 < rewards[-1] < 3
+    trainable.save_checkpoint(str(tmp_path))
+    trainable.timestep = 0
+    trainable.load_checkpoint(str(tmp_path))
+    assert trainable.timestep == 3 and trainable.restored
+
+
+def test_tuner_kwargs_fail_fast_sets_the_failure_config_and_warns_about_the_rest():
+    from trainwire import tune
+
+    def trainable(config):
+        tune.report({"loss": 1.0})
+
+    with pytest.warns(UserWarning, match="reuse_actors"):
+        tuner = tune.Tuner(trainable, _tuner_kwargs={"fail_fast": True, "reuse_actors": True})
+    assert tuner._effective_run_config().failure_config.fail_fast is True
+    assert tune.Tuner(trainable)._effective_run_config().failure_config.fail_fast is False
