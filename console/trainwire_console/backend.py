@@ -249,6 +249,7 @@ class ConsoleBackend:
         # (run id, checkpoint number) -> checkpoint id: the predictors report a version by its number,
         # which is never reused in a run, so what is learnt once holds.
         self._numbered: dict[tuple[str, str], str] = {}
+        self._numbered_lock = threading.Lock()
         self.predictor_metrics = list(predictor_metrics)
         # Signed-in users' sessions by token, the least recently used closed first.
         self._sessions: OrderedDict[str, Session] = OrderedDict()
@@ -375,7 +376,7 @@ class ConsoleBackend:
             kept = [c.checkpoint_id for c in run.best_checkpoints]
             if run.HasField("latest_checkpoint"):
                 kept.append(run.latest_checkpoint.checkpoint_id)
-            with self._sessions_lock:
+            with self._numbered_lock:
                 known = {n: cid for (rid, n), cid in self._numbered.items() if rid == run.run_id}
             numbers = {r["version"] for r in rows if r["model"] == model and r["version"].isdigit()}
             if not numbers <= set(known) and self.predictor:
@@ -391,7 +392,7 @@ class ConsoleBackend:
                     for s in stats.model_stats:
                         if s.version.isdigit():
                             known[s.version] = cid
-                            with self._sessions_lock:
+                            with self._numbered_lock:
                                 self._numbered[(run.run_id, s.version)] = cid
             for row in rows:
                 if row["model"] == model:
