@@ -1,4 +1,4 @@
-"""Ray Tune's framework integrations (``ray.tune.integration``): ``.xgboost`` and ``.lightgbm``.
+"""Ray Tune's framework integrations (``ray.tune.integration``): ``.xgboost``, ``.lightgbm`` and ``.keras``.
 
 Each is imported when named, since each imports its framework.
 """
