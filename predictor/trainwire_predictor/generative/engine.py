@@ -45,6 +45,13 @@ class SamplingParams:
         seed: Seeds a sampling request's own generator (None: unseeded).
         stop: Texts that end the generation when the output reaches one (not included).
         deadline: ``time.monotonic()`` by which the generation ends, or None.
+        logprobs: Each new token's log-probability with this many most likely alternatives
+            (0: the token's alone; None: no log-probabilities).
+        prompt_logprobs: The same for every prompt token (the first has none): one forward
+            pass scores the prompt (None: not scored).
+        presence_penalty: Subtracted from a token's logit once it has been generated (OpenAI's).
+        frequency_penalty: Subtracted from a token's logit per time it has been generated (OpenAI's).
+        logit_bias: (token id, bias) pairs added to the logits before every pick.
     """
 
     max_tokens: int
@@ -53,6 +60,30 @@ class SamplingParams:
     seed: int | None = None
     stop: tuple[str, ...] = ()
     deadline: float | None = None
+    logprobs: int | None = None
+    prompt_logprobs: int | None = None
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    logit_bias: tuple[tuple[int, float], ...] = ()
+
+    @property
+    def adjusts_logits(self) -> bool:
+        """Whether the logits change before the pick (penalties or biases)."""
+        return bool(self.presence_penalty or self.frequency_penalty or self.logit_bias)
+
+
+@dataclass(frozen=True)
+class TokenLogprob:
+    """A token's log-probability under the model and the most likely tokens at its position.
+
+    The model's own (raw) log-probabilities, ``log_softmax`` of its logits, as vLLM returns by
+    default: before temperature, top_p, penalties and biases, so they score the text whatever
+    sampled it.
+    """
+
+    token_id: int
+    logprob: float
+    top: tuple[tuple[int, float], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -63,6 +94,10 @@ class TokenEvent:
     token_id: int | None
     text: str
     finish_reason: str | None = None
+    # The picked token's log-probability when asked (also on an end-of-text STOP, which has no token_id).
+    logprob: TokenLogprob | None = None
+    # The prompt's tokens' (None for the first), on the first event when the prompt was scored.
+    prompt_logprobs: tuple[TokenLogprob | None, ...] | None = None
 
 
 class Generation:
@@ -109,6 +144,10 @@ class _Sequence:
     generator: torch.Generator | None
     tokens: list[int] = field(default_factory=list)
     sent_text: str = ""
+    # Penalties and biases (only when the request asks for them): counts of each generated token, biases.
+    counts: torch.Tensor | None = None
+    bias: torch.Tensor | None = None
+    prompt_logprobs: tuple[TokenLogprob | None, ...] | None = None
 
 
 class _Batch:
@@ -261,17 +300,30 @@ class GenerationEngine:
             generator = torch.Generator().manual_seed(params.seed)
         seq = _Sequence(generation, generator)
         ids = torch.tensor([generation.prompt_ids], dtype=torch.long)
+        scored = params.prompt_logprobs is not None
         out = self.model(
             input_ids=ids,
             attention_mask=torch.ones_like(ids),
             position_ids=torch.arange(ids.shape[1]).unsqueeze(0),
             use_cache=True,
-            logits_to_keep=1,
+            logits_to_keep=0 if scored else 1,  # 0: every position's, to score the prompt
         )
+        if scored:
+            seq.prompt_logprobs = _prompt_logprobs(out.logits[0], generation.prompt_ids, params.prompt_logprobs or 0)
+        if params.max_tokens == 0:  # prompt scoring only: nothing to generate
+            generation.emit(TokenEvent(0, None, "", LENGTH, prompt_logprobs=seq.prompt_logprobs))
+            return
+        if params.adjusts_logits:
+            vocab = out.logits.shape[-1]
+            seq.counts = torch.zeros(vocab)
+            seq.bias = torch.zeros(vocab)
+            for token_id, bias in params.logit_bias:
+                seq.bias[token_id] = bias
         caches = [(layer.keys, layer.values) for layer in out.cache.layers]
         joined = _Batch(caches, torch.ones_like(ids), torch.tensor([ids.shape[1]]))
-        token = self._pick(out.logits[0, -1], seq)
-        if self._advance(seq, token):
+        logits = out.logits[:, -1]
+        token, logprob = self._pick(self._adjusted(logits, [seq])[0], seq, logits[0])
+        if self._advance(seq, token, logprob):
             self._batch = joined if self._batch is None else self._batch.join(joined)
             self._active.append(seq)
 
@@ -307,34 +359,65 @@ class GenerationEngine:
         batch.caches = [(layer.keys, layer.values) for layer in out.cache.layers]
         batch.mask, batch.positions = mask, batch.positions + 1
         done = []
+        raw = out.logits[:, -1]
+        adjusted = self._adjusted(raw, self._active)
         for row, seq in enumerate(self._active):
-            if not self._advance(seq, self._pick(out.logits[row, -1], seq)):
+            token, logprob = self._pick(adjusted[row], seq, raw[row])
+            if not self._advance(seq, token, logprob):
                 done.append(row)
         if done:
             rows = [row for row in range(len(self._active)) if row not in done]
             self._active = [self._active[row] for row in rows]
             self._batch = batch.keep(rows) if rows else None
 
-    def _pick(self, logits: torch.Tensor, seq: _Sequence) -> int:
+    @staticmethod
+    def _adjusted(logits: torch.Tensor, seqs: list[_Sequence]) -> torch.Tensor:
+        """``logits`` (one row per sequence) with each row's penalties and biases applied.
+
+        OpenAI's formula: ``logit - count * frequency_penalty - (count > 0) * presence_penalty + bias``,
+        over the tokens generated so far; computed for the rows that ask, all at once.
+        """
+        rows = [row for row, seq in enumerate(seqs) if seq.counts is not None]
+        if not rows:
+            return logits
+        params = [seqs[row].generation.params for row in rows]
+        counts = torch.stack([seqs[row].counts for row in rows])  # type: ignore[misc]
+        bias = torch.stack([seqs[row].bias for row in rows])  # type: ignore[misc]
+        frequency = torch.tensor([[p.frequency_penalty] for p in params])
+        presence = torch.tensor([[p.presence_penalty] for p in params])
+        logits = logits.float().clone()
+        index = torch.tensor(rows, dtype=torch.long)
+        logits[index] += bias - counts * frequency - (counts > 0).float() * presence
+        return logits
+
+    def _pick(self, logits: torch.Tensor, seq: _Sequence, raw: torch.Tensor) -> tuple[int, TokenLogprob | None]:
+        """The next token from ``logits`` (adjusted), and its log-probability under ``raw`` when asked."""
         params = seq.generation.params
         if params.temperature <= 0:
-            return int(torch.argmax(logits))
-        probs = torch.softmax(logits.float() / params.temperature, dim=-1)
-        if params.top_p < 1.0:
-            sorted_probs, order = torch.sort(probs, descending=True)
-            outside = sorted_probs.cumsum(0) - sorted_probs > params.top_p
-            sorted_probs[outside] = 0.0
-            probs = torch.zeros_like(probs).scatter(0, order, sorted_probs)
-        return int(torch.multinomial(probs, 1, generator=seq.generator))
+            token = int(torch.argmax(logits))
+        else:
+            probs = torch.softmax(logits.float() / params.temperature, dim=-1)
+            if params.top_p < 1.0:
+                sorted_probs, order = torch.sort(probs, descending=True)
+                outside = sorted_probs.cumsum(0) - sorted_probs > params.top_p
+                sorted_probs[outside] = 0.0
+                probs = torch.zeros_like(probs).scatter(0, order, sorted_probs)
+            token = int(torch.multinomial(probs, 1, generator=seq.generator))
+        if seq.counts is not None:
+            seq.counts[token] += 1
+        if params.logprobs is None:
+            return token, None
+        return token, _logprob(torch.log_softmax(raw.float(), dim=-1), token, params.logprobs)
 
-    def _advance(self, seq: _Sequence, token: int) -> bool:
+    def _advance(self, seq: _Sequence, token: int, logprob: TokenLogprob | None = None) -> bool:
         """Sends ``token`` to the request; whether the sequence goes on."""
         generation = seq.generation
         if generation.cancelled.is_set():
             return False
         index = len(seq.tokens)
+        prompt, seq.prompt_logprobs = seq.prompt_logprobs, None  # sent once, with the first event
         if token in self.eos_ids:
-            generation.emit(TokenEvent(index, None, "", STOP))
+            generation.emit(TokenEvent(index, None, "", STOP, logprob, prompt))
             return False
         seq.tokens.append(token)
         text = self.tokenizer.decode(seq.tokens, skip_special_tokens=True)
@@ -347,11 +430,26 @@ class GenerationEngine:
                 new, stopped = text[len(seq.sent_text) : at], True
         seq.sent_text += new
         if stopped:
-            generation.emit(TokenEvent(index, token, new, STOP))
+            generation.emit(TokenEvent(index, token, new, STOP, logprob, prompt))
             return False
         finish = LENGTH if len(seq.tokens) >= generation.params.max_tokens else None
-        generation.emit(TokenEvent(index, token, new, finish))
+        generation.emit(TokenEvent(index, token, new, finish, logprob, prompt))
         return finish is None
+
+
+def _logprob(logprobs: torch.Tensor, token: int, top: int) -> TokenLogprob:
+    """``token``'s entry of one position's log-probabilities, with the ``top`` most likely."""
+    alternatives: tuple[tuple[int, float], ...] = ()
+    if top > 0:
+        values, ids = torch.topk(logprobs, min(top, logprobs.shape[-1]))
+        alternatives = tuple(zip(ids.tolist(), values.tolist(), strict=True))
+    return TokenLogprob(token, float(logprobs[token]), alternatives)
+
+
+def _prompt_logprobs(logits: torch.Tensor, ids: list[int], top: int) -> tuple[TokenLogprob | None, ...]:
+    """Each prompt token's log-probability given the tokens before it (the first has none)."""
+    logprobs = torch.log_softmax(logits[:-1].float(), dim=-1)  # position i predicts token i + 1
+    return (None, *(_logprob(logprobs[i], ids[i + 1], top) for i in range(len(ids) - 1)))
 
 
 def _ended(generation: Generation, now: float) -> str | None:

@@ -25,6 +25,10 @@ CHARS_PER_POSITION = 32
 MAX_PARAMETERS_BYTES = 64 << 10
 # The most messages in one chat: each is checked on the event loop.
 MAX_MESSAGES = 4096
+# The most alternatives per position a request may ask log-probabilities of (OpenAI's top_logprobs: 20).
+MAX_LOGPROBS = 20
+# The most entries of logit_bias (each becomes a write into a vocabulary-sized row).
+MAX_LOGIT_BIAS = 1024
 
 
 @dataclass(frozen=True)
@@ -74,7 +78,8 @@ class GenerateRequest:
     Attributes:
         model_name: A run name or id.
         model_version: A checkpoint id or alias ("" follows the model's traffic policy).
-        prompt: The text to continue (when ``messages`` is empty).
+        prompt: The text to continue (when ``messages`` and ``prompt_ids`` are empty).
+        prompt_ids: The prompt as token ids (OpenAI's completions take them), checked against the model's vocabulary.
         messages: A chat: rendered with the tokenizer's chat template (or a plain one).
         params: How to sample, with the deadline already set.
         routing_key: Sticky routing, as for inference.
@@ -84,6 +89,7 @@ class GenerateRequest:
     model_name: str
     model_version: str = ""
     prompt: str = ""
+    prompt_ids: tuple[int, ...] = ()
     messages: tuple[ChatMessage, ...] = ()
     params: SamplingParams = field(default_factory=lambda: SamplingParams(max_tokens=16))
     routing_key: str = ""
@@ -96,6 +102,8 @@ class GenerateRequest:
 
     def prompt_chars(self) -> int:
         """The characters of the prompt, or of the chat's contents together."""
+        if self.prompt_ids:
+            return len(self.prompt_ids)  # no text: each token counts as one
         return sum(len(m.content) for m in self.messages) if self.messages else len(self.prompt)
 
 
@@ -121,23 +129,29 @@ def sampling_params(
     prefix: str = "",
     temperature: float = 0.0,
     time_remaining_s: float | None = None,
+    scoring: bool = False,
 ) -> SamplingParams:
     """Checks the sampling fields of ``doc`` (a JSON object's or parameters' values).
 
     Args:
-        doc: ``max_tokens``, ``temperature``, ``top_p``, ``seed``, ``stop`` and ``timeout_s``, each optional.
+        doc: ``max_tokens``, ``temperature``, ``top_p``, ``seed``, ``stop``, ``timeout_s``,
+            ``presence_penalty``, ``frequency_penalty`` and ``logit_bias``, each optional.
         limits: The operator's.
         prefix: Put before each field's name in errors (e.g. ``parameters.``).
         temperature: The protocol's default (OpenAI's is 1, the generate extension's greedy 0).
         time_remaining_s: The call's own deadline (gRPC's), which the generation does not outlive.
+        scoring: The request scores its prompt (OpenAI's ``echo``): ``max_tokens`` may be 0.
 
     Raises:
         InvalidArgumentError: A bad value, naming its field.
     """
     name = f"{prefix}max_tokens"
     max_tokens = _number(doc, "max_tokens", name, int, limits.default_max_tokens)
-    if not 1 <= max_tokens <= limits.max_tokens:
-        raise InvalidArgumentError(f"{name} must be between 1 and {limits.max_tokens}, not {max_tokens}", field=name)
+    least = 0 if scoring else 1
+    if not least <= max_tokens <= limits.max_tokens:
+        raise InvalidArgumentError(
+            f"{name} must be between {least} and {limits.max_tokens}, not {max_tokens}", field=name
+        )
     temp = _number(doc, "temperature", f"{prefix}temperature", float, temperature)
     if not 0.0 <= temp <= 2.0:
         raise InvalidArgumentError(f"{prefix}temperature must be between 0 and 2", field=f"{prefix}temperature")
@@ -160,7 +174,46 @@ def sampling_params(
     if time_remaining_s is not None:
         timeout = min(timeout, time_remaining_s)
     deadline = time.monotonic() + min(timeout, limits.timeout_s)
-    return SamplingParams(max_tokens, temp, top_p, seed, tuple(stop), deadline)
+    penalties = {}
+    for key in ("presence_penalty", "frequency_penalty"):
+        penalties[key] = _number(doc, key, f"{prefix}{key}", float, 0.0)
+        if not -2.0 <= penalties[key] <= 2.0:
+            raise InvalidArgumentError(f"{prefix}{key} must be between -2 and 2", field=f"{prefix}{key}")
+    bias = logit_bias(doc.get("logit_bias"), f"{prefix}logit_bias")
+    return SamplingParams(max_tokens, temp, top_p, seed, tuple(stop), deadline, logit_bias=bias, **penalties)
+
+
+def logit_bias(value: Any, name: str = "logit_bias") -> tuple[tuple[int, float], ...]:
+    """OpenAI's ``{"token id": bias}`` (bias -100 to 100) as (id, bias) pairs.
+
+    The ids' range is the model's vocabulary, checked once the model is known.
+    """
+    if value is None:
+        return ()
+    if not isinstance(value, Mapping):
+        raise InvalidArgumentError(f"{name} must be an object of token ids to biases", field=name)
+    if len(value) > MAX_LOGIT_BIAS:
+        raise InvalidArgumentError(f"{name} has {len(value)} entries, over the limit of {MAX_LOGIT_BIAS}", field=name)
+    pairs = []
+    for key, bias in value.items():
+        key_text = str(key)
+        if not (key_text.isascii() and key_text.isdigit()) or len(key_text) > 12:
+            raise InvalidArgumentError(f"{name} keys must be token ids, not {key_text[:40]!r}", field=name)
+        where = f"{name}.{key_text}"
+        number = _number({"bias": bias}, "bias", where, float, 0.0)
+        if not -100.0 <= number <= 100.0:
+            raise InvalidArgumentError(f"{where} must be between -100 and 100", field=where)
+        pairs.append((int(key_text), number))
+    return tuple(sorted(pairs))
+
+
+def logprob_count(value: Any, name: str) -> int | None:
+    """A count of most likely alternatives to return per position (0 to ``MAX_LOGPROBS``), or None."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_LOGPROBS:
+        raise InvalidArgumentError(f"{name} must be an integer between 0 and {MAX_LOGPROBS}", field=name)
+    return value
 
 
 def parameters_object(text: Any, name: str) -> dict[str, Any]:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from trainwire_core.errors import FailedPreconditionError, InvalidArgumentError
-from trainwire_predictor.generative.engine import GenerationEngine, TokenEvent
+from trainwire_predictor.generative.engine import Generation, GenerationEngine, TokenEvent
 from trainwire_predictor.generative.requests import GenerateLimits, GenerateRequest, render_chat
 from trainwire_predictor.inference import InferenceRequest
 from trainwire_predictor.models import LoadedModel
@@ -50,6 +50,8 @@ def max_context(lm: Any) -> int:
 
 def _prompt_ids(tokenizer: Any, request: GenerateRequest) -> list[int]:
     """The prompt's token ids: the chat rendered with the tokenizer's template, then tokenized."""
+    if request.prompt_ids:
+        return list(request.prompt_ids)
     text = render_chat(tokenizer, request.messages) if request.messages else request.prompt
     return tokenizer(text, add_special_tokens=False)["input_ids"]
 
@@ -64,6 +66,14 @@ class GenerationStream:
     events: AsyncIterator[TokenEvent]
     completion_tokens: int = 0
     finish_reason: str = ""
+    prompt_ids: tuple[int, ...] = ()
+    generation: Generation | None = None
+    tokenizer: Any = None
+
+    def cancel(self) -> None:
+        """Ends a generation that will not be iterated (its slot frees at the engine's next step)."""
+        if self.generation is not None:
+            self.generation.cancel()
 
     def __aiter__(self) -> AsyncIterator[TokenEvent]:
         return self._follow()
@@ -160,6 +170,11 @@ class TextGenerator:
             raise InvalidArgumentError(
                 f"{request.field} has {len(ids)} tokens, over the limit of {most_tokens}", field=request.field
             )
+        vocab = int(getattr(engine.model.config, "vocab_size", 0) or 0)
+        if vocab and request.prompt_ids and not all(0 <= i < vocab for i in ids):
+            raise InvalidArgumentError(f"{request.field} holds token ids outside 0..{vocab - 1}", field=request.field)
+        if vocab and any(not 0 <= token < vocab for token, _ in request.params.logit_bias):
+            raise InvalidArgumentError(f"logit_bias names token ids outside 0..{vocab - 1}", field="logit_bias")
         if len(ids) + request.params.max_tokens > room:
             raise InvalidArgumentError(
                 f"the prompt's {len(ids)} tokens and max_tokens {request.params.max_tokens} exceed the model's "
@@ -168,7 +183,16 @@ class TextGenerator:
             )
         generation = engine.submit(ids, request.params)
         name = model.ref.run_name or model.ref.run_id
-        return GenerationStream(name, model.ref.checkpoint_id, len(ids), self._served(model, generation, started))
+        served = self._served(model, generation, started)
+        return GenerationStream(
+            name,
+            model.ref.checkpoint_id,
+            len(ids),
+            served,
+            prompt_ids=tuple(ids),
+            generation=generation,
+            tokenizer=engine.tokenizer,
+        )
 
     async def _served(
         self, model: LoadedModel, generation: AsyncIterator[TokenEvent], started: int

@@ -1,20 +1,25 @@
 """The OpenAI data plane: typed requests in, generations on the shared ``TextGenerator``, typed answers out.
 
 As KServe's ``protocol/rest/openai/dataplane.py`` sits under its OpenAI endpoints: the
-endpoints parse and frame (JSON or server-sent events); this turns a request into a
-generation and its tokens into OpenAI's completion objects, whole or as chunks.
+endpoints parse and frame (JSON or server-sent events); this turns a request into
+generations (one per prompt and choice: ``n`` of each) and their tokens into OpenAI's
+completion objects, whole or as chunks.
 """
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
 
 from trainwire_core.errors import InvalidArgumentError
-from trainwire_predictor.generative.engine import DEADLINE, STOP
+from trainwire_predictor.generative.engine import DEADLINE, STOP, TokenEvent, TokenLogprob
 from trainwire_predictor.generative.requests import ChatMessage as Message
-from trainwire_predictor.generative.requests import GenerateRequest, prompt_text, sampling_params
+from trainwire_predictor.generative.requests import GenerateRequest, logprob_count, prompt_text, sampling_params
 from trainwire_predictor.generative.service import GenerationStream, TextGenerator
 from trainwire_predictor.openai.protocol import (
     AssistantMessage,
@@ -23,14 +28,21 @@ from trainwire_predictor.openai.protocol import (
     ChatCompletion,
     ChatCompletionChunk,
     ChatCompletionRequest,
+    ChatLogprob,
+    ChatLogprobs,
     Completion,
     CompletionChoice,
+    CompletionLogprobs,
     CompletionRequest,
     Delta,
     ModelCard,
     ModelList,
+    TopLogprob,
     Usage,
 )
+
+# The most choices one request may ask for (n times its prompts): each holds a decode slot.
+MAX_CHOICES = 128
 
 
 def finish_reason(reason: str) -> str:
@@ -38,8 +50,23 @@ def finish_reason(reason: str) -> str:
     return reason if reason in (STOP, DEADLINE) else "length"
 
 
-def usage(stream: GenerationStream) -> Usage:
-    return Usage(**stream.usage())
+@dataclass
+class _Choice:
+    """One choice's generation and what it has produced so far."""
+
+    index: int
+    stream: GenerationStream
+    prompt_first: bool  # the first choice of its prompt: counts the prompt's tokens in usage
+    text: str = ""
+    events: list[TokenEvent] = field(default_factory=list)
+    prompt_logprobs: tuple[TokenLogprob | None, ...] | None = None
+
+
+def usage(choices: list[_Choice]) -> Usage:
+    """OpenAI's usage: each prompt's tokens once, every choice's generated tokens."""
+    prompt = sum(c.stream.prompt_tokens for c in choices if c.prompt_first)
+    completion = sum(c.stream.completion_tokens for c in choices)
+    return Usage(prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion)
 
 
 class OpenAIDataPlane:
@@ -58,72 +85,297 @@ class OpenAIDataPlane:
         created = int(time.time())
         return ModelList(data=[ModelCard(id=name, created=created) for name in await self.model_names()])
 
-    async def _open(self, request: CompletionRequest | ChatCompletionRequest, routing_key: str) -> GenerationStream:
-        if request.n != 1:
-            raise InvalidArgumentError("n must be 1: one choice per request", field="n")
+    async def _open(self, request: CompletionRequest | ChatCompletionRequest, routing_key: str) -> list[_Choice]:
+        """Opens every choice's generation (``n`` per prompt); none is left running if one fails."""
         name, _, version = request.model.partition(":")  # "model:version" names a version or alias
-        params = sampling_params(request.sampling_fields(), self.generator.limits, temperature=1.0)
         key = request.user or routing_key
-        if isinstance(request, ChatCompletionRequest):
-            messages = tuple(Message(m.role, m.text()) for m in request.messages)
-            generate = GenerateRequest(name, version, messages=messages, params=params, routing_key=key)
+        chat = isinstance(request, ChatCompletionRequest)
+        if chat:
+            if request.top_logprobs is not None and not request.logprobs:
+                raise InvalidArgumentError("top_logprobs needs logprobs: true", field="top_logprobs")
+            logprobs = (logprob_count(request.top_logprobs, "top_logprobs") or 0) if request.logprobs else None
+            scoring = False
         else:
-            prompt = prompt_text(request.prompt, "prompt")
-            generate = GenerateRequest(name, version, prompt=prompt, params=params, routing_key=key)
-        return await self.generator.open(generate)
+            logprobs = logprob_count(request.logprobs, "logprobs")
+            scoring = request.echo
+        params = sampling_params(request.sampling_fields(), self.generator.limits, temperature=1.0, scoring=scoring)
+        params = dataclasses.replace(
+            params, logprobs=logprobs, prompt_logprobs=logprobs if scoring and logprobs is not None else None
+        )
+        if chat:
+            messages = tuple(Message(m.role, m.text()) for m in request.messages)
+            prompts = [GenerateRequest(name, version, messages=messages, params=params, routing_key=key)]
+        else:
+            prompts = [
+                GenerateRequest(name, version, prompt=text, prompt_ids=ids, params=params, routing_key=key)
+                for text, ids in _prompts(request.prompt)
+            ]
+        if not 1 <= request.n or len(prompts) * request.n > MAX_CHOICES:
+            raise InvalidArgumentError(
+                f"n must be at least 1, with n times the prompts at most {MAX_CHOICES}", field="n"
+            )
+        choices: list[_Choice] = []
+        try:
+            for prompt in prompts:
+                for j in range(request.n):
+                    seeded = prompt
+                    if j and params.seed is not None:  # each choice its own draw, all reproducible
+                        seed = (params.seed + j) % 2**64
+                        seeded = dataclasses.replace(prompt, params=dataclasses.replace(params, seed=seed))
+                    choices.append(_Choice(len(choices), await self.generator.open(seeded), j == 0))
+        except BaseException:
+            for choice in choices:
+                choice.stream.cancel()
+            raise
+        return choices
 
+    # --- completions ------------------------------------------------------------------------------
     async def completion(self, request: CompletionRequest, routing_key: str = "") -> Completion:
-        stream = await self._open(request, routing_key)
-        text = await stream.text()
-        choice = CompletionChoice(text=text, finish_reason=finish_reason(stream.finish_reason))
+        choices = await self._open(request, routing_key)
+        async for choice, event in _merged(choices):
+            choice.events.append(event)
+        out = []
+        for choice in choices:
+            first = choice.events[0] if choice.events else None
+            prompt_logprobs = first.prompt_logprobs if first is not None else None
+            echoed = _prompt_text(choice.stream) if request.echo else ""
+            text = echoed + "".join(e.text for e in choice.events)
+            logprobs = None
+            if request.logprobs is not None:
+                logprobs = CompletionLogprobs()
+                if request.echo:
+                    _add_completion_logprobs(logprobs, choice.stream, choice.stream.prompt_ids, prompt_logprobs, 0)
+                entries = [e for e in choice.events if e.logprob is not None]
+                _add_completion_logprobs(
+                    logprobs,
+                    choice.stream,
+                    [e.logprob.token_id for e in entries],
+                    [e.logprob for e in entries],
+                    len(echoed),
+                )
+            out.append(
+                CompletionChoice(
+                    index=choice.index,
+                    text=text,
+                    finish_reason=finish_reason(choice.stream.finish_reason),
+                    logprobs=logprobs,
+                )
+            )
         return Completion(
-            id=_id("cmpl-"), created=int(time.time()), model=request.model, choices=[choice], usage=usage(stream)
+            id=_id("cmpl-"), created=int(time.time()), model=request.model, choices=out, usage=usage(choices)
         )
 
     async def completion_stream(self, request: CompletionRequest, routing_key: str = "") -> AsyncIterator[Completion]:
-        """Opens the generation (its errors are raised here), then yields a chunk per token."""
-        stream = await self._open(request, routing_key)
+        """Opens the generations (their errors are raised here), then yields a chunk per token."""
+        choices = await self._open(request, routing_key)
         head = {"id": _id("cmpl-"), "created": int(time.time()), "model": request.model}
 
         async def chunks() -> AsyncIterator[Completion]:
-            async for event in stream:
-                if event.text:
-                    yield Completion(**head, choices=[CompletionChoice(text=event.text, finish_reason=None)])
+            async for choice, event in _merged(choices):
+                logprobs = None
+                if request.echo and not choice.events:  # the prompt first, scored when asked
+                    echoed = _prompt_text(choice.stream)
+                    if request.logprobs is not None:
+                        logprobs = CompletionLogprobs()
+                        ids = choice.stream.prompt_ids
+                        _add_completion_logprobs(logprobs, choice.stream, ids, event.prompt_logprobs, 0)
+                    choice.text += echoed
+                    yield Completion(
+                        **head,
+                        choices=[
+                            CompletionChoice(index=choice.index, text=echoed, finish_reason=None, logprobs=logprobs)
+                        ],
+                    )
+                choice.events.append(event)
+                if event.text or (request.logprobs is not None and event.logprob is not None):
+                    logprobs = None
+                    if request.logprobs is not None and event.logprob is not None:
+                        logprobs = CompletionLogprobs()
+                        _add_completion_logprobs(
+                            logprobs, choice.stream, [event.logprob.token_id], [event.logprob], len(choice.text)
+                        )
+                    choice.text += event.text
+                    yield Completion(
+                        **head,
+                        choices=[
+                            CompletionChoice(index=choice.index, text=event.text, finish_reason=None, logprobs=logprobs)
+                        ],
+                    )
                 if event.finish_reason is not None:
                     reason = finish_reason(event.finish_reason)
-                    yield Completion(**head, choices=[CompletionChoice(text="", finish_reason=reason)])
+                    yield Completion(
+                        **head, choices=[CompletionChoice(index=choice.index, text="", finish_reason=reason)]
+                    )
             if request.include_usage:
-                yield Completion(**head, choices=[], usage=usage(stream))
+                yield Completion(**head, choices=[], usage=usage(choices))
 
         return chunks()
 
+    # --- chat -------------------------------------------------------------------------------------
     async def chat(self, request: ChatCompletionRequest, routing_key: str = "") -> ChatCompletion:
-        stream = await self._open(request, routing_key)
-        text = await stream.text()
-        choice = ChatChoice(message=AssistantMessage(content=text), finish_reason=finish_reason(stream.finish_reason))
+        choices = await self._open(request, routing_key)
+        async for choice, event in _merged(choices):
+            choice.events.append(event)
+        out = []
+        for choice in choices:
+            logprobs = None
+            if request.logprobs:
+                logprobs = ChatLogprobs(
+                    content=[_chat_logprob(choice.stream, e.logprob) for e in choice.events if e.logprob]
+                )
+            out.append(
+                ChatChoice(
+                    index=choice.index,
+                    message=AssistantMessage(content="".join(e.text for e in choice.events)),
+                    finish_reason=finish_reason(choice.stream.finish_reason),
+                    logprobs=logprobs,
+                )
+            )
         return ChatCompletion(
-            id=_id("chatcmpl-"), created=int(time.time()), model=request.model, choices=[choice], usage=usage(stream)
+            id=_id("chatcmpl-"), created=int(time.time()), model=request.model, choices=out, usage=usage(choices)
         )
 
     async def chat_stream(
         self, request: ChatCompletionRequest, routing_key: str = ""
     ) -> AsyncIterator[ChatCompletionChunk]:
-        """Opens the generation (its errors are raised here), then yields the role, a chunk per token, the end."""
-        stream = await self._open(request, routing_key)
+        """Opens the generations (their errors are raised here), then yields the role, a chunk per token, the end."""
+        choices = await self._open(request, routing_key)
         head = {"id": _id("chatcmpl-"), "created": int(time.time()), "model": request.model}
 
         async def chunks() -> AsyncIterator[ChatCompletionChunk]:
-            yield ChatCompletionChunk(**head, choices=[ChatChunkChoice(delta=Delta(role="assistant", content=""))])
-            async for event in stream:
-                if event.text:
-                    yield ChatCompletionChunk(**head, choices=[ChatChunkChoice(delta=Delta(content=event.text))])
+            for choice in choices:
+                role = ChatChunkChoice(index=choice.index, delta=Delta(role="assistant", content=""))
+                yield ChatCompletionChunk(**head, choices=[role])
+            async for choice, event in _merged(choices):
+                logprobs = None
+                if request.logprobs and event.logprob is not None:
+                    logprobs = ChatLogprobs(content=[_chat_logprob(choice.stream, event.logprob)])
+                if event.text or logprobs is not None:
+                    delta = ChatChunkChoice(index=choice.index, delta=Delta(content=event.text), logprobs=logprobs)
+                    yield ChatCompletionChunk(**head, choices=[delta])
                 if event.finish_reason is not None:
                     reason = finish_reason(event.finish_reason)
-                    yield ChatCompletionChunk(**head, choices=[ChatChunkChoice(delta=Delta(), finish_reason=reason)])
+                    end = ChatChunkChoice(index=choice.index, delta=Delta(), finish_reason=reason)
+                    yield ChatCompletionChunk(**head, choices=[end])
             if request.include_usage:
-                yield ChatCompletionChunk(**head, choices=[], usage=usage(stream))
+                yield ChatCompletionChunk(**head, choices=[], usage=usage(choices))
 
         return chunks()
+
+
+async def _merged(choices: list[_Choice]) -> AsyncIterator[tuple[_Choice, TokenEvent]]:
+    """Every choice's events as they come (one choice's in order); leaving early ends them all."""
+    if len(choices) == 1:  # the common case: no tasks
+        async for event in choices[0].stream:
+            yield choices[0], event
+        return
+    queue: asyncio.Queue[tuple[_Choice, TokenEvent | None, BaseException | None]] = asyncio.Queue()
+
+    async def follow(choice: _Choice) -> None:
+        try:
+            async for event in choice.stream:
+                queue.put_nowait((choice, event, None))
+            queue.put_nowait((choice, None, None))
+        except Exception as exc:  # noqa: BLE001 - handed to the reader, which raises it
+            queue.put_nowait((choice, None, exc))
+
+    tasks = [asyncio.create_task(follow(choice)) for choice in choices]
+    try:
+        running = len(tasks)
+        while running:
+            choice, event, error = await queue.get()
+            if error is not None:
+                raise error
+            if event is None:
+                running -= 1
+            else:
+                yield choice, event
+    finally:
+        for task in tasks:
+            task.cancel()  # a choice still generating ends (its stream cancels the generation)
+        for choice in choices:
+            choice.stream.cancel()
+
+
+def _prompts(value: Any) -> list[tuple[str, tuple[int, ...]]]:
+    """The completion request's prompts: (text, ()) for a text, ("", ids) for token ids."""
+    if isinstance(value, list) and value and all(isinstance(v, int) for v in value):
+        return [("", tuple(value))]
+    if isinstance(value, list) and value and all(isinstance(v, list) for v in value):
+        for i, ids in enumerate(value):
+            if not ids:
+                raise InvalidArgumentError(f"prompt[{i}] must hold token ids", field=f"prompt[{i}]")
+        return [("", tuple(ids)) for ids in value]
+    if isinstance(value, list) and len(value) > 1:
+        return [(prompt_text(text, f"prompt[{i}]"), ()) for i, text in enumerate(value)]
+    return [(prompt_text(value, "prompt"), ())]
+
+
+def _prompt_text(stream: GenerationStream) -> str:
+    return stream.tokenizer.decode(list(stream.prompt_ids), skip_special_tokens=False)
+
+
+def _token(stream: GenerationStream, token_id: int) -> str:
+    return stream.tokenizer.decode([token_id], skip_special_tokens=False)
+
+
+def _add_completion_logprobs(
+    out: CompletionLogprobs,
+    stream: GenerationStream,
+    ids: Any,
+    entries: Any,
+    offset: int,
+) -> None:
+    """Appends each token's entry: its text, log-probability, alternatives (with the token itself, as vLLM's)."""
+    entries = entries or [None] * len(ids)
+    for token_id, entry in zip(ids, entries, strict=True):
+        text = _token(stream, token_id)
+        out.tokens.append(text)
+        out.text_offset.append(offset)
+        offset += len(text)
+        if entry is None:  # the prompt's first token: nothing before it to predict it
+            out.token_logprobs.append(None)
+            out.top_logprobs.append(None)
+            continue
+        out.token_logprobs.append(entry.logprob)
+        top = {_token(stream, i): lp for i, lp in entry.top}
+        top.setdefault(text, entry.logprob)
+        out.top_logprobs.append(top)
+
+
+def _chat_logprob(stream: GenerationStream, entry: TokenLogprob) -> ChatLogprob:
+    def one(token_id: int, logprob: float) -> TopLogprob:
+        text = _token(stream, token_id)
+        return TopLogprob(token=text, logprob=logprob, bytes=list(_token_bytes(stream.tokenizer, token_id, text)))
+
+    head = one(entry.token_id, entry.logprob)
+    return ChatLogprob(**head.model_dump(), top_logprobs=[one(i, lp) for i, lp in entry.top])
+
+
+def _token_bytes(tokenizer: Any, token_id: int, text: str) -> bytes:
+    """A token's own bytes: a byte-level BPE token's may be part of a character, which its text cannot show."""
+    piece = tokenizer.convert_ids_to_tokens(token_id)
+    table = _byte_decoder()
+    if isinstance(piece, str) and piece and all(ch in table for ch in piece):
+        return bytes(table[ch] for ch in piece)
+    return text.encode("utf-8")
+
+
+_BYTE_DECODER: dict[str, int] = {}
+
+
+def _byte_decoder() -> dict[str, int]:
+    """GPT-2's byte-level alphabet, character to byte (the inverse of its ``bytes_to_unicode``)."""
+    if not _BYTE_DECODER:
+        printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+        extra = 0
+        for byte in range(256):
+            if byte in printable:
+                _BYTE_DECODER[chr(byte)] = byte
+            else:
+                _BYTE_DECODER[chr(256 + extra)] = byte
+                extra += 1
+    return _BYTE_DECODER
 
 
 def _id(prefix: str) -> str:

@@ -29,6 +29,9 @@ class _Request(BaseModel):
     seed: int | None = None
     stop: str | list[str] | None = None
     n: int = 1
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    logit_bias: dict[str, float] | None = None
     stream: bool = False
     stream_options: dict[str, Any] | None = None
     user: str | None = None
@@ -37,7 +40,17 @@ class _Request(BaseModel):
 
     def sampling_fields(self) -> dict[str, Any]:
         """The sampling fields as ``generative.requests.sampling_params`` takes them."""
-        keys = ("max_tokens", "temperature", "top_p", "seed", "stop", "timeout_s")
+        keys = (
+            "max_tokens",
+            "temperature",
+            "top_p",
+            "seed",
+            "stop",
+            "timeout_s",
+            "presence_penalty",
+            "frequency_penalty",
+            "logit_bias",
+        )
         return {k: getattr(self, k) for k in keys if getattr(self, k) is not None}
 
     @property
@@ -46,9 +59,17 @@ class _Request(BaseModel):
 
 
 class CompletionRequest(_Request):
-    """``POST /v1/completions``."""
+    """``POST /v1/completions``.
 
-    prompt: str | list[str]
+    ``prompt`` is a text, texts (one choice each, ``n`` apiece), token ids or lists of token ids
+    (what ``lm-eval`` sends). ``logprobs`` asks each token's log-probability with that many
+    alternatives; with ``echo`` the prompt is returned before the text and, with ``logprobs``,
+    scored (``max_tokens`` 0: scored only).
+    """
+
+    prompt: str | list[str] | list[int] | list[list[int]]
+    echo: bool = False
+    logprobs: int | None = None
 
 
 class TextPart(BaseModel):
@@ -74,6 +95,8 @@ class ChatCompletionRequest(_Request):
 
     messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: int | None = None
+    logprobs: bool = False
+    top_logprobs: int | None = None
 
     def sampling_fields(self) -> dict[str, Any]:
         fields = super().sampling_fields()
@@ -116,11 +139,20 @@ class Usage(BaseModel):
     total_tokens: int
 
 
+class CompletionLogprobs(BaseModel):
+    """The completions API's (legacy) log-probabilities: parallel lists, one entry per token."""
+
+    tokens: list[str] = Field(default_factory=list)
+    token_logprobs: list[float | None] = Field(default_factory=list)
+    top_logprobs: list[dict[str, float] | None] = Field(default_factory=list)
+    text_offset: list[int] = Field(default_factory=list)
+
+
 class CompletionChoice(BaseModel):
     index: int = 0
     text: str
     finish_reason: str | None
-    logprobs: None = None
+    logprobs: CompletionLogprobs | None = None
 
 
 class Completion(BaseModel):
@@ -137,10 +169,27 @@ class AssistantMessage(BaseModel):
     content: str
 
 
+class TopLogprob(BaseModel):
+    token: str
+    logprob: float
+    bytes: list[int] | None = None
+
+
+class ChatLogprob(TopLogprob):
+    """One generated token's log-probability and its most likely alternatives (chat's shape)."""
+
+    top_logprobs: list[TopLogprob] = Field(default_factory=list)
+
+
+class ChatLogprobs(BaseModel):
+    content: list[ChatLogprob] | None = None
+
+
 class ChatChoice(BaseModel):
     index: int = 0
     message: AssistantMessage
     finish_reason: str | None
+    logprobs: ChatLogprobs | None = None
 
 
 class ChatCompletion(BaseModel):
@@ -166,6 +215,7 @@ class ChatChunkChoice(BaseModel):
     index: int = 0
     delta: Delta
     finish_reason: str | None = None
+    logprobs: ChatLogprobs | None = None
 
 
 class ChatCompletionChunk(BaseModel):

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Peer virtualenvs: tools trainwire is checked against but must not share a
+# dependency set with (they pin their own torch/transformers/etc.).
+#
+#   scripts/peer_venvs.sh            # creates every peer venv
+#   scripts/peer_venvs.sh lm-eval    # only the lm-eval one
+#
+# Each venv lives under ${TRAINWIRE_PEER_VENVS:-~/.cache/trainwire/venvs}/<name>;
+# tests find it through an environment variable (LM_EVAL_PYTHON for lm-eval)
+# and are skipped when it is unset.
+set -euo pipefail
+
+root="${TRAINWIRE_PEER_VENVS:-$HOME/.cache/trainwire/venvs}"
+python="${PYTHON:-python3}"
+
+lm_eval() {
+    local venv="$root/lm-eval"
+    if [ ! -x "$venv/bin/python" ]; then
+        "$python" -m venv "$venv"
+    fi
+    # lm-eval's local-completions model needs an HTTP client ([api]) and the
+    # "huggingface" tokenizer backend (transformers, without torch) to tokenize
+    # log-likelihood requests; it scores on the server, so no torch here.
+    "$venv/bin/pip" install --quiet "lm-eval[api]" transformers
+    "$venv/bin/python" -c "import lm_eval; print('lm-eval', lm_eval.__version__)"
+    echo "export LM_EVAL_PYTHON=$venv/bin/python"
+}
+
+targets=("$@")
+if [ ${#targets[@]} -eq 0 ]; then
+    targets=(lm-eval)
+fi
+for target in "${targets[@]}"; do
+    case "$target" in
+        lm-eval) lm_eval ;;
+        *) echo "unknown peer venv: $target" >&2; exit 2 ;;
+    esac
+done
