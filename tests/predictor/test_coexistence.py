@@ -138,8 +138,9 @@ def test_tritonclient_and_trainwire_in_one_process(served, order):
     np.testing.assert_array_equal(raw_out, triton_out)
     assert {"inference.GRPCInferenceService", "grpc.health.v1.Health"} <= set(report["services"])
     assert {"ModelInfer", "ModelStreamInfer", "RepositoryIndex"} <= set(report["reflected_methods"])
-    # trainwire's service, not tritonclient's (which also declares ModelConfig, shared memory, ...).
-    assert "CudaSharedMemoryRegister" not in report["reflected_methods"]
+    # trainwire's service, not tritonclient's (which also declares tracing and log settings).
+    assert "TraceSetting" not in report["reflected_methods"]
+    assert "SystemSharedMemoryRegister" in report["reflected_methods"]
 
 
 def test_stubs_stay_out_of_the_default_pool():
