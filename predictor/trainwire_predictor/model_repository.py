@@ -37,6 +37,7 @@ from trainwire_core.manifest import is_code_trusted, read_manifest, verify_check
 from trainwire_core.storage import MANIFEST_NAME, RUN_ID_RE, Store
 from trainwire_core.store_documents import CheckpointIndex, RegistryState
 from trainwire_predictor.compiled_trees import CompileResult, TreeCompiler, supports
+from trainwire_predictor.mlflow_models import MlflowModels
 from trainwire_predictor.models import LoadedModel, ModelRef, Resolution, TensorSpec
 
 logger = logging.getLogger(__name__)
@@ -128,12 +129,20 @@ def load_predictor(store: Store, run_id: str, checkpoint_id: str) -> tuple[str, 
 
 
 def describe(predictor: Predictor) -> tuple[list[TensorSpec], list[TensorSpec]]:
-    """The model's inputs (one per feature column, else one 2-D tensor) and outputs."""
+    """The model's inputs (one per feature column, else one 2-D tensor) and outputs.
+
+    An MLflow model's column signature names its inputs and their datatypes.
+    """
+    signature = getattr(predictor, "signature_specs", None)
+    if signature is not None and not predictor.feature_columns:
+        predictor.feature_columns = [spec.name for spec in signature[0]]
     datatype = predictor.input_datatype
     columns = predictor.feature_columns
     if not columns:
         return [TensorSpec("input", datatype, (-1, -1))], [TensorSpec("predictions", "FP32", (-1,))]
     inputs = [TensorSpec(c, datatype, (-1,)) for c in columns]
+    if signature is not None and [spec.name for spec in signature[0]] == list(columns):
+        inputs = list(signature[0])
     outputs = [TensorSpec("predictions", "FP32", (-1,))]
     if datatype in NUMERIC:
         # Score one zero row to learn the outputs' names and datatypes.
@@ -159,6 +168,7 @@ class ModelRepository:
         prepare: Run on each loaded model in a thread before it serves (e.g. ``prepare_batched``).
         compile_tree_models: Compile XGBoost and LightGBM models for serving (else the framework predicts).
         compiler: Compiles and caches the libraries (default: a ``TreeCompiler``).
+        mlflow: Resolves and loads MLflow models (``mlflow:<name>`` and served names); None: none served.
     """
 
     def __init__(
@@ -172,8 +182,10 @@ class ModelRepository:
         prepare: Callable[[LoadedModel], None] | None = None,
         compile_tree_models: bool = False,
         compiler: TreeCompiler | None = None,
+        mlflow: MlflowModels | None = None,
     ) -> None:
         self.store = store
+        self.mlflow = mlflow
         self.cache_size = max(1, cache_size)
         self.cache_bytes = max(0, cache_bytes)
         self.evictions = 0
@@ -224,10 +236,33 @@ class ModelRepository:
     def _fresh(self, stamp: float) -> bool:
         return time.monotonic() - stamp < self.index_refresh_s
 
+    def _is_mlflow(self, name: str) -> bool:
+        return self.mlflow is not None and self.mlflow.handles(name)
+
+    async def _read_mlflow(self, name: str) -> None:
+        """Reads an MLflow model's versions and aliases into the index and registry caches (one read at a time)."""
+        assert self.mlflow is not None
+        key = f"\0mlflow\0{name}"
+        task = self._reads.get(key)
+        if task is None:
+            task = asyncio.get_running_loop().create_task(asyncio.to_thread(self.mlflow.read, name))
+            self._reads[key] = task
+            task.add_done_callback(lambda _: self._reads.pop(key, None))
+        index, state = await asyncio.shield(task)
+        now = time.monotonic()
+        self._indexes[name] = (now, index)
+        self._registries[name] = (now, state)
+        self._forget(name)
+
     async def _run_id(self, name: str) -> str | None:
         cached = self._names.get(name)
         if cached is not None and self._fresh(cached[0]):
             return cached[1]
+        if self._is_mlflow(name):
+            # An MLflow model is its own "run": its versions are the index, its aliases the registry.
+            found = await self._index(name) is not None
+            self._names[name] = (time.monotonic(), name if found else None)
+            return name if found else None
         entry = await self._read(self.store.name_path(name))
         run_id = entry.get("run_id") if isinstance(entry, dict) else None
         # Only a plain path component can be a run id: anything else must not reach a store path.
@@ -242,6 +277,9 @@ class ModelRepository:
         cached = self._indexes.get(run_id)
         if cached is not None and not refresh and self._fresh(cached[0]):
             return cached[1]
+        if self._is_mlflow(run_id):
+            await self._read_mlflow(run_id)
+            return self._indexes[run_id][1]
         index = _parsed(CheckpointIndex.from_json, await self._read(self.store.index_path(run_id)), None)
         self._indexes[run_id] = (time.monotonic(), index)
         self._forget(run_id)
@@ -252,6 +290,9 @@ class ModelRepository:
         cached = self._registries.get(run_id)
         if cached is not None and not refresh and self._fresh(cached[0]):
             return cached[1]
+        if self._is_mlflow(run_id):
+            await self._read_mlflow(run_id)
+            return self._registries[run_id][1]
         state = _parsed(RegistryState.from_json, await self._read(self.store.aliases_path(run_id)), RegistryState())
         self._registries[run_id] = (time.monotonic(), state)
         self._forget(run_id)
@@ -385,8 +426,8 @@ class ModelRepository:
     # --- loading -----------------------------------------------------------
     def _verify(self, ref: ModelRef) -> None:
         """Checks a checkpoint's files against its manifest, at most once per checkpoint (blocking)."""
-        if ref.key in self._verified:
-            return
+        if ref.key in self._verified or self._is_mlflow(ref.run_id):
+            return  # an MLflow model has no trainwire manifest: its own library reads its files
         if ref.key in self._corrupt:
             raise self._corrupt[ref.key]
         self.verifications[ref.key] += 1
@@ -418,7 +459,11 @@ class ModelRepository:
         started = time.monotonic()
         try:
             await asyncio.to_thread(self._verify, ref)
-            framework, predictor = await asyncio.to_thread(self.loader, self.store, ref.run_id, ref.checkpoint_id)
+            if self._is_mlflow(ref.run_id):
+                assert self.mlflow is not None
+                framework, predictor = await asyncio.to_thread(self.mlflow.load, ref.run_id, ref.checkpoint_id)
+            else:
+                framework, predictor = await asyncio.to_thread(self.loader, self.store, ref.run_id, ref.checkpoint_id)
             inputs, outputs = await asyncio.to_thread(describe, predictor)
         except TrainwireError as exc:
             raise type(exc)(f"model {name!r} version {ref.checkpoint_id!r}: {exc.message}", field="model_name") from exc
@@ -434,7 +479,7 @@ class ModelRepository:
         )
         if self.prepare is not None:
             await asyncio.to_thread(self.prepare, model)
-        if self.compile_tree_models and supports(framework, predictor):
+        if self.compile_tree_models and not self._is_mlflow(ref.run_id) and supports(framework, predictor):
             await self._compile(model)  # never raises: the framework serves where compiling fails
         self._cache[ref.key] = model
         self._loaded_by_run.setdefault(ref.run_id, {})[ref.checkpoint_id] = model
@@ -449,7 +494,9 @@ class ModelRepository:
         return model
 
     def _size(self, ref: ModelRef) -> int:
-        """The checkpoint's bytes as its manifest lists them (blocking)."""
+        """The checkpoint's bytes as its manifest lists them (blocking; an MLflow model's: unknown, 0)."""
+        if self._is_mlflow(ref.run_id):
+            return 0
         entries = read_manifest(self.store, self.store.checkpoint_dir(ref.run_id, ref.checkpoint_id))
         return sum(entry.size_bytes for entry in entries or ())
 

@@ -124,5 +124,6 @@ class LoadedModel:
 
     @property
     def platform(self) -> str:
-        """What ModelMetadata reports: the framework's declared platform."""
-        return frameworks.get_framework(self.framework).platform
+        """What ModelMetadata reports: the framework's declared platform (else its name: an MLflow pyfunc model)."""
+        declared = frameworks.frameworks().get(self.framework)
+        return declared.platform if declared is not None else self.framework

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 from concurrent.futures import ThreadPoolExecutor
@@ -32,6 +33,7 @@ from trainwire_predictor.dataplane import DataPlane
 from trainwire_predictor.generative.requests import GenerateLimits
 from trainwire_predictor.grpc.servicer import InferenceServicer
 from trainwire_predictor.metrics import PredictorMetrics
+from trainwire_predictor.mlflow_models import MlflowModels
 from trainwire_predictor.model_repository import ModelRepository
 from trainwire_predictor.rest.endpoints import RestFrontEnd
 from trainwire_predictor.rest.server import RestServer
@@ -83,6 +85,7 @@ class PredictorServer:
             index_refresh_s=settings.index_refresh_s,
             prepare=prepare_batched(batching),
             compile_tree_models=settings.compile_tree_models,
+            mlflow=mlflow_models(settings),
         )
         self.executor = ThreadPoolExecutor(max(1, settings.worker_threads), thread_name_prefix="trainwire-predict")
         tokens = TokenTable.from_settings(settings.auth_token, settings.tokens)
@@ -167,6 +170,29 @@ class PredictorServer:
             self.executor.shutdown(wait=False, cancel_futures=True)
 
 
+def mlflow_models(settings: PredictorSettings) -> MlflowModels | None:
+    """The MLflow models the settings name (None: none).
+
+    Raises:
+        ValueError: ``mlflow_models`` is neither a JSON object nor a file holding one.
+    """
+    served_text = settings.mlflow_models.strip()
+    if not settings.mlflow_uri and not served_text:
+        return None
+    if served_text and not served_text.startswith("{"):
+        with open(served_text) as f:
+            served_text = f.read()
+    served = json.loads(served_text) if served_text else {}
+    if not isinstance(served, dict) or not all(isinstance(v, str) for v in served.values()):
+        raise ValueError("TRAINWIRE_PREDICTOR_MLFLOW_MODELS must be a JSON object of served name -> model URI")
+    return MlflowModels(
+        settings.mlflow_uri,
+        served,
+        trust_pickles=settings.mlflow_trust_pickles,
+        trust_code=settings.mlflow_trust_code,
+    )
+
+
 class PredictorThread(ServerThread):
     """A predictor on its own event loop in a background thread (tests, embedding)."""
 
@@ -196,6 +222,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--model-cache-size", type=int, help="loaded checkpoints kept in memory")
     parser.add_argument("--worker-threads", type=int, help="threads running model compute")
     parser.add_argument("--index-refresh-s", type=float, help="how often a run's checkpoint index is re-read")
+    parser.add_argument("--mlflow-uri", help="serve this MLflow tracking server's registered models as mlflow:<name>")
+    parser.add_argument("--mlflow-models", help="served name -> MLflow model URI: a JSON object or a file holding one")
     parser.add_argument(
         "--auth-token",
         help="require 'authorization: Bearer <token>' on inference calls (or TRAINWIRE_PREDICTOR_AUTH_TOKEN)",

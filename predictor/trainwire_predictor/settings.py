@@ -79,3 +79,17 @@ class PredictorSettings(BaseSettings):
     # 0: 32 per position of the model's context), then tokens (0: the model's context).
     generate_max_prompt_chars: int = Field(default=0, ge=0)
     generate_max_prompt_tokens: int = Field(default=0, ge=0)
+    # MLflow models (docs/serving/mlflow.md): the tracking server whose registered models serve as
+    # ``mlflow:<name>`` (version: a number or an alias); "" : none.
+    mlflow_uri: str = ""
+    # Served names of MLflow models: a JSON object (or the path of a file holding one) of name ->
+    # ``models:/name/3``, ``models:/name@alias``, ``runs:/<id>/<path>`` or a local model directory.
+    mlflow_models: str = ""
+    # Load the registry's pickled models (scikit-learn pickle/cloudpickle, LightGBM's scikit-learn
+    # models, torch.save): only for a registry whose writers the operator trusts with code.
+    mlflow_trust_pickles: bool = False
+    # Load python_function models (their own code; implies mlflow_trust_pickles).
+    mlflow_trust_code: bool = False
+    # The model ``POST /invocations`` (MLflow's scoring protocol) answers for: a served name,
+    # ``mlflow:<name>`` or a run name; "" : only ``/models/{name}/invocations``.
+    mlflow_default_model: str = ""
