@@ -87,3 +87,29 @@ def test_tuner_kwargs_fail_fast_sets_the_failure_config_and_warns_about_the_rest
         tuner = tune.Tuner(trainable, _tuner_kwargs={"fail_fast": True, "reuse_actors": True})
     assert tuner._effective_run_config().failure_config.fail_fast is True
     assert tune.Tuner(trainable)._effective_run_config().failure_config.fail_fast is False
+
+
+def test_execution_and_experiment_modules_where_rays_examples_import_them():
+    from ray.tune.execution.placement_groups import resource_dict_to_pg_factory as ray_factory
+
+    from trainwire.tune import Experiment, PlacementGroupFactory
+    from trainwire.tune.execution.placement_groups import resource_dict_to_pg_factory
+    from trainwire.tune.experiment import Experiment as ExperimentAgain
+    from trainwire.tune.experiment import Trial as TrialAgain
+
+    spec = {"cpu": 2, "gpu": 0, "custom_resources": {"tpu": 1}}
+    factory = resource_dict_to_pg_factory(spec)
+    assert isinstance(factory, PlacementGroupFactory) and factory.bundles == ray_factory(dict(spec)).bundles
+    assert ExperimentAgain is Experiment and TrialAgain is Trial
+
+
+def test_keras_integration_reports_as_trainwires_keras_callback():
+    pytest.importorskip("tensorflow")
+    from trainwire.tensorflow.keras import ReportCheckpointCallback
+    from trainwire.tune.integration.keras import TuneReportCallback, TuneReportCheckpointCallback
+
+    callback = TuneReportCheckpointCallback(metrics={"acc": "accuracy"}, checkpoint_on="epoch_end")
+    assert isinstance(callback, ReportCheckpointCallback)
+    assert callback._selected({"accuracy": 0.5, "loss": 1.0}) == {"acc": 0.5}
+    with pytest.raises(DeprecationWarning):
+        TuneReportCallback()
