@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -261,3 +264,52 @@ def test_bad_values_name_their_field(server, path, extra, field) -> None:
     error = r.json()["error"]
     assert error["type"] == "invalid_request_error" and error["param"] == field, error
     assert math.isfinite(len(error["message"]))
+
+
+LM_EVAL_TASKS = Path(__file__).parent / "lm_eval_tasks"
+
+
+@pytest.mark.skipif(not os.environ.get("LM_EVAL_PYTHON"), reason="LM_EVAL_PYTHON (scripts/peer_venvs.sh) is not set")
+def test_lm_eval_local_completions_scores_as_the_model(server, tokenizer, lm, tmp_path) -> None:
+    """The real lm-eval (its own virtualenv) runs a log-likelihood and a generation task against the predictor."""
+    tokenizer_dir = tmp_path / "tokenizer"
+    tokenizer.save_pretrained(tokenizer_dir)
+    out = tmp_path / "out"
+    args = ",".join(
+        [
+            f"base_url=http://{server.http_address}/v1/completions",
+            f"model={MODEL}",
+            f"tokenizer={tokenizer_dir}",
+            "tokenizer_backend=huggingface",
+            "num_concurrent=1",
+            "max_retries=1",
+        ]
+    )
+    env = {**os.environ, "OPENAI_API_KEY": TOKEN, "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1"}
+    command = [os.environ["LM_EVAL_PYTHON"], "-m", "lm_eval", "--model", "local-completions", "--model_args", args]
+    command += ["--tasks", "trainwire_tiny_choice,trainwire_tiny_generate", "--include_path", str(LM_EVAL_TASKS)]
+    command += ["--output_path", str(out), "--log_samples", "--batch_size", "2"]
+    run = subprocess.run(command, cwd=LM_EVAL_TASKS, env=env, capture_output=True, text=True, timeout=240)
+    assert run.returncode == 0, run.stderr[-3000:]
+
+    def samples(task: str) -> list[dict[str, Any]]:
+        (path,) = out.rglob(f"samples_{task}_*.jsonl")
+        return [json.loads(line) for line in path.read_text().splitlines()]
+
+    choice_samples = samples("trainwire_tiny_choice")
+    assert len(choice_samples) == 4
+    for sample in choice_samples:
+        doc = sample["doc"]
+        for option, resp in zip(doc["choices"], sample["resps"], strict=True):
+            # lm-eval's own split: the whole text tokenized, the context's tokens first
+            whole, context = _ids(tokenizer, doc["context"] + option), _ids(tokenizer, doc["context"])
+            table = _logprobs(lm, whole)
+            expected = sum(float(table[i - 1, whole[i]]) for i in range(len(context), len(whole)))
+            assert float(resp[0][0]) == pytest.approx(expected, abs=1e-4)  # the log writes numbers as text
+    generate_samples = samples("trainwire_tiny_generate")
+    assert len(generate_samples) == 4
+    for sample in generate_samples:
+        ids = _greedy(lm, _ids(tokenizer, sample["doc"]["context"]), 6)
+        if tokenizer.eos_token_id in ids:
+            ids = ids[: ids.index(tokenizer.eos_token_id)]
+        assert sample["resps"][0][0] == tokenizer.decode(ids).split("\n")[0]
