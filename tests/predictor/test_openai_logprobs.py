@@ -219,6 +219,18 @@ def test_logit_bias_forces_a_token(client, tokenizer) -> None:
     assert answer.choices[0].text == tokenizer.decode([forced] * 4)
 
 
+def test_oip_generate_takes_bias_and_penalties(server, tokenizer) -> None:
+    """The generate extension shares the checks and the engine: logit_bias forces, a bad penalty is named."""
+    forced = _ids(tokenizer, " ball")[0]
+    doc = {"text_input": PROMPT, "parameters": {"max_tokens": 3, "logit_bias": {str(forced): 100}}}
+    r = _post(server, f"/v2/models/{MODEL}/generate", doc)
+    assert r.status_code == 200, r.text
+    assert r.json()["text_output"] == tokenizer.decode([forced] * 3)
+    doc = {"text_input": PROMPT, "parameters": {"max_tokens": 3, "presence_penalty": 9}}
+    r = _post(server, f"/v2/models/{MODEL}/generate", doc)
+    assert r.status_code == 400 and "parameters.presence_penalty" in r.text, r.text
+
+
 def test_penalties_follow_openais_formula(client, tokenizer, lm) -> None:
     prompt = _ids(tokenizer, PROMPT)
     plain = _greedy(lm, prompt, 10)
