@@ -208,7 +208,7 @@ def test_tritonclient_streams_tokens_over_grpc(gen_predictor, local_lm, tmp_path
         ("/v1/completions", {"model": MODEL, "prompt": ""}, 400, "prompt"),
         ("/v1/completions", {"model": MODEL, "prompt": "the", "max_tokens": 0}, 400, "max_tokens"),
         ("/v1/completions", {"model": MODEL, "prompt": "the", "max_tokens": MAX_TOKENS + 1}, 400, "max_tokens"),
-        ("/v1/completions", {"model": MODEL, "prompt": "the", "n": 2}, 400, "n"),
+        ("/v1/completions", {"model": MODEL, "prompt": "the", "n": 0}, 400, "n"),
         ("/v1/completions", {"model": "no-such-model", "prompt": "the"}, 404, "model_name"),
         ("/v1/chat/completions", {"model": MODEL, "messages": [{"content": "hi"}]}, 400, "messages[0].role"),
         ("/v1/chat/completions", {"model": MODEL, "messages": []}, 400, "messages"),
