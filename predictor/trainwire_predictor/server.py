@@ -139,7 +139,7 @@ class PredictorServer:
             self.metrics_address = advertised_address(settings.host, self.metrics_server.port)
             logger.info("Prometheus metrics on http://%s/metrics", self.metrics_address)
         if settings.http_port is not None:
-            front_end = RestFrontEnd(self.dataplane, tokens, settings.max_message_bytes)
+            front_end = RestFrontEnd(self.dataplane, tokens, settings.max_message_bytes, settings.mlflow_default_model)
             self.rest = RestServer(
                 front_end,
                 settings.host,

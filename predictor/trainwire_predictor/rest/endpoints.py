@@ -44,6 +44,7 @@ from trainwire_core.auth import ADMIN, PREDICT, TokenTable
 from trainwire_core.errors import InvalidArgumentError, PermissionDeniedError, TrainwireError, UnauthenticatedError
 from trainwire_predictor.dataplane import EXTENSIONS, SERVER_NAME, DataPlane, config_json
 from trainwire_predictor.http import BodyTooLargeError, http_status
+from trainwire_predictor.mlflow_scoring.endpoints import MlflowScoringEndpoints
 from trainwire_predictor.models import TensorSpec
 from trainwire_predictor.openai.dataplane import OpenAIDataPlane
 from trainwire_predictor.openai.endpoints import OpenAIEndpoints, openai_error
@@ -82,10 +83,18 @@ class RestFrontEnd:
         dataplane: What every endpoint calls.
         tokens: Accepted bearer tokens (empty: no check).
         max_body_bytes: Largest request body; a larger one is answered 413.
+        mlflow_default_model: The model MLflow's ``POST /invocations`` scores with ("": none).
     """
 
-    def __init__(self, dataplane: DataPlane, tokens: TokenTable | None = None, max_body_bytes: int = 64 << 20) -> None:
+    def __init__(
+        self,
+        dataplane: DataPlane,
+        tokens: TokenTable | None = None,
+        max_body_bytes: int = 64 << 20,
+        mlflow_default_model: str = "",
+    ) -> None:
         self.dataplane = dataplane
+        self.mlflow_default_model = mlflow_default_model
         self.tokens = tokens if tokens else None
         self.max_body_bytes = max_body_bytes
 
@@ -179,6 +188,7 @@ class RestFrontEnd:
             *self._shared_memory_routes(),
             *GenerateEndpoints(generator, self._json_body).routes(route),
             *OpenAIEndpoints(OpenAIDataPlane(generator, self._model_names), self._json_body).routes(route),
+            *MlflowScoringEndpoints(self.dataplane, self._body, self.mlflow_default_model).routes(route),
             *(
                 r
                 for base in (model, version)

@@ -1,0 +1,1 @@
+"""MLflow's scoring protocol (``mlflow models serve``'s ``/invocations``) on the predictor's REST port."""
