@@ -50,8 +50,16 @@ iproute2:
 chromium:
 	@command -v chromium >/dev/null || { apt-get update -qq && apt-get install -y -qq chromium >/dev/null; }
 
-test: setup redis-server iproute2 chromium
-	$(PY) -m pytest -q
+# Peers that pin their own dependencies get virtualenvs of their own (scripts/peer_venvs.sh):
+# lm-eval scores the predictor's OpenAI routes in tests/predictor/test_openai_logprobs.py.
+LM_EVAL_PY := $(HOME)/.cache/trainwire/venvs/lm-eval/bin/python
+LM_EVAL_STAMP := $(HOME)/.cache/trainwire/venvs/lm-eval/.installed
+$(LM_EVAL_STAMP): scripts/peer_venvs.sh scripts/peers/lm-eval.txt
+	scripts/peer_venvs.sh lm-eval
+	touch $@
+
+test: setup redis-server iproute2 chromium $(LM_EVAL_STAMP)
+	LM_EVAL_PYTHON=$(LM_EVAL_PY) $(PY) -m pytest -q
 
 # ruff, and the import contract (.importlinter): services -> SDK -> core, never sideways or back.
 lint: setup

@@ -21,7 +21,7 @@ lm_eval() {
     # lm-eval's local-completions model needs an HTTP client ([api]) and the
     # "huggingface" tokenizer backend (transformers, without torch) to tokenize
     # log-likelihood requests; it scores on the server, so no torch here.
-    "$venv/bin/pip" install --quiet "lm-eval[api]" transformers
+    "$venv/bin/pip" install --quiet -c "$(dirname "$0")/peers/lm-eval.txt" "lm-eval[api]" transformers
     "$venv/bin/python" -c "import lm_eval; print('lm-eval', lm_eval.__version__)"
     echo "export LM_EVAL_PYTHON=$venv/bin/python"
 }
