@@ -217,3 +217,26 @@ def test_untrusted_pickles_never_unpickle(served):
         assert status == 400, doc
         assert "TRAINWIRE_PREDICTOR_MLFLOW_TRUST_PICKLES" in doc["message"]
     assert not (root / "unpickled").exists()
+
+
+def test_pytorch_export_archives_load_and_torch_save_pickles_do_not(tmp_path, monkeypatch):
+    """``pt2`` (MLflow 3's default) loads pickle-free and answers as MLflow's pyfunc; ``torch.save`` is refused."""
+    import mlflow.pyfunc
+    import mlflow.pytorch
+    import torch
+
+    from trainwire_core.errors import FailedPreconditionError
+    from trainwire_predictor.mlflow_models import load_directory
+
+    torch.manual_seed(0)
+    module = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU(), torch.nn.Linear(3, 1))
+    x = frame().astype("float32")
+    mlflow.pytorch.save_model(module, str(tmp_path / "pt2"), input_example=x.iloc[:2].to_numpy(), pip_requirements=[])
+    framework, predictor = load_directory(tmp_path / "pt2", trust_pickles=False, trust_code=False)
+    ours = predictor.predict_columns({c: x[c].to_numpy() for c in x.columns})["predictions"]
+    monkeypatch.setenv("MLFLOW_ALLOW_PICKLE_DESERIALIZATION", "true")
+    np.testing.assert_allclose(ours, np.asarray(mlflow.pyfunc.load_model(str(tmp_path / "pt2")).predict(x)).ravel())
+    assert framework == "torch"
+    mlflow.pytorch.save_model(module, str(tmp_path / "pickled"), serialization_format="pickle", pip_requirements=[])
+    with pytest.raises(FailedPreconditionError, match="TRAINWIRE_PREDICTOR_MLFLOW_TRUST_PICKLES"):
+        load_directory(tmp_path / "pickled", trust_pickles=False, trust_code=False)
