@@ -14,13 +14,15 @@ Tokens reach the request's ``asyncio.Queue`` through its loop's
 
 from __future__ import annotations
 
+import array
 import asyncio
 import collections
+import hashlib
 import logging
 import os
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -107,10 +109,20 @@ class Generation:
     the generation: its slot frees at the engine's next step.
     """
 
-    def __init__(self, prompt_ids: list[int], params: SamplingParams, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(
+        self,
+        prompt_ids: list[int],
+        params: SamplingParams,
+        loop: asyncio.AbstractEventLoop,
+        tenant: str = "",
+        weight: float = 1.0,
+    ) -> None:
         self.prompt_ids = prompt_ids
         self.params = params
         self.loop = loop
+        self.tenant = tenant  # whose share of the slots it takes (the token's name; "" anonymous)
+        self.weight = weight
+        self.number = 0  # its place in the order of submission (the engine's)
         self.queue: asyncio.Queue[TokenEvent] = asyncio.Queue()
         self.cancelled = threading.Event()
         self.submitted_at = time.monotonic()
@@ -190,6 +202,155 @@ class _Batch:
         return _Batch(caches, mask[:, start:], self.positions.index_select(0, index))
 
 
+class _Tenant:
+    """One tenant's waiting generations and its place in the fair order."""
+
+    __slots__ = ("name", "weight", "waiting", "finish")
+
+    def __init__(self, name: str, weight: float) -> None:
+        self.name = name
+        self.weight = weight
+        self.waiting: collections.deque[Generation] = collections.deque()
+        self.finish = 0.0  # virtual time at which its last admitted generation's share ends
+
+
+class FairQueue:
+    """Waiting generations by tenant, admitted in weighted fair order.
+
+    A free slot goes to the waiting tenant holding the fewest slots for its weight (running
+    divided by weight), so a tenant with weight 2 holds twice the slots of one with weight 1
+    while both wait, and a burst from one tenant never holds back another's first request
+    longer than one slot frees. Ties go by start-time fair queueing's virtual tags (each
+    admission moves the tenant's tag 1/weight past the system's virtual time), then by
+    submission; a tenant idle for long gains no credit, as its tag restarts at the present.
+    """
+
+    def __init__(self) -> None:
+        self._tenants: dict[str, _Tenant] = {}
+        self._virtual = 0.0
+        self._count = 0
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __bool__(self) -> bool:
+        return self._count > 0
+
+    def __iter__(self) -> Iterator[Generation]:
+        for tenant in self._tenants.values():
+            yield from tenant.waiting
+
+    def waiting(self, tenant: str) -> int:
+        """Generations of ``tenant`` waiting now."""
+        found = self._tenants.get(tenant)
+        return len(found.waiting) if found is not None else 0
+
+    def by_tenant(self) -> dict[str, int]:
+        """Waiting generations per tenant (tenants with none included once seen)."""
+        return {name: len(t.waiting) for name, t in self._tenants.items()}
+
+    def append(self, generation: Generation) -> None:
+        tenant = self._tenants.get(generation.tenant)
+        if tenant is None:
+            tenant = self._tenants[generation.tenant] = _Tenant(generation.tenant, generation.weight)
+        tenant.weight = generation.weight  # the token table's weight now (a reload may change it)
+        tenant.waiting.append(generation)
+        self._count += 1
+
+    def pop(self, running: Mapping[str, int]) -> Generation:
+        """The next generation to admit, given the slots each tenant holds (``running``)."""
+        best = min(
+            (t for t in self._tenants.values() if t.waiting),
+            key=lambda t: (running.get(t.name, 0) / t.weight, max(self._virtual, t.finish), t.waiting[0].number),
+        )
+        generation = best.waiting.popleft()
+        self._count -= 1
+        start = max(self._virtual, best.finish)
+        best.finish = start + 1.0 / best.weight
+        self._virtual = start
+        return generation
+
+
+class PrefixCache:
+    """Key/value blocks of prompt prefixes seen before, least recently used out past a byte budget.
+
+    A prompt is cut into blocks of ``block`` tokens; block i's key is a hash of block i's tokens
+    and block i-1's key, so a key names the whole prefix up to its block's end. A prompt's
+    leading blocks found here are its cached prefix: only the tokens after them are prefilled.
+    The hash is BLAKE2b: a caller cannot craft a prompt whose key collides with another's.
+
+    Args:
+        budget_bytes: The most bytes of keys and values kept (every layer's of every block).
+        block: Tokens per block.
+    """
+
+    def __init__(self, budget_bytes: int, block: int = 16) -> None:
+        self.budget_bytes = budget_bytes
+        self.block = block
+        self.bytes = 0
+        self._blocks: collections.OrderedDict[bytes, list[tuple[torch.Tensor, torch.Tensor]]] = (
+            collections.OrderedDict()
+        )
+        # Counts for metrics and tests: prompt tokens looked up, and those found here.
+        self.lookup_tokens = 0
+        self.hit_tokens = 0
+
+    def __len__(self) -> int:
+        return len(self._blocks)
+
+    def keys(self, ids: list[int]) -> list[bytes]:
+        """The key of each whole block of ``ids``."""
+        keys, parent = [], b""
+        for start in range(0, len(ids) - self.block + 1, self.block):
+            data = array.array("q", ids[start : start + self.block]).tobytes()
+            parent = hashlib.blake2b(parent + data, digest_size=16).digest()
+            keys.append(parent)
+        return keys
+
+    def lookup(self, ids: list[int], keys: list[bytes]) -> tuple[int, list[tuple[torch.Tensor, torch.Tensor]] | None]:
+        """How many leading tokens of ``ids`` are cached, and their keys and values per layer.
+
+        At least the last token is left out: its logits start the generation.
+        """
+        self.lookup_tokens += len(ids)
+        found = []
+        for key in keys[: (len(ids) - 1) // self.block]:
+            blocks = self._blocks.get(key)
+            if blocks is None:
+                break
+            found.append((key, blocks))
+        if not found:
+            return 0, None
+        # Most recently used last, the first block last of all: an evicted block's descendants go first.
+        for key, _ in reversed(found):
+            self._blocks.move_to_end(key)
+        tokens = len(found) * self.block
+        self.hit_tokens += tokens
+        if len(found) == 1:
+            return tokens, list(found[0][1])
+        layers = zip(*(blocks for _, blocks in found), strict=True)
+        return tokens, [(torch.cat([k for k, _ in kv], dim=2), torch.cat([v for _, v in kv], dim=2)) for kv in layers]
+
+    def store(self, keys: list[bytes], caches: list[tuple[torch.Tensor, torch.Tensor]], start_block: int) -> None:
+        """Keeps blocks ``start_block`` on of a prompt whose caches (one row, every position) are ``caches``."""
+        for i in range(start_block, len(keys)):
+            key = keys[i]
+            if key in self._blocks:
+                self._blocks.move_to_end(keys[i])
+                continue
+            cut = slice(i * self.block, (i + 1) * self.block)
+            # Copies: a view would keep the whole prompt's tensors alive.
+            blocks = [(k[:, :, cut].clone(), v[:, :, cut].clone()) for k, v in caches]
+            size = sum(k.numel() * k.element_size() + v.numel() * v.element_size() for k, v in blocks)
+            if size > self.budget_bytes:
+                return
+            self._blocks[key] = blocks
+            self.bytes += size
+            while self.bytes > self.budget_bytes:
+                _, dropped = self._blocks.popitem(last=False)
+                self.bytes -= sum(k.numel() * k.element_size() + v.numel() * v.element_size() for k, v in dropped)
+
+
 class GenerationEngine:
     """Generates for many requests at once on one causal LM, in a thread of its own.
 
@@ -201,6 +362,9 @@ class GenerationEngine:
         name: The model's name, for the thread and the log.
         threads: Torch's threads for the decode (0: all cores but one, left to the event loop
             that streams the tokens).
+        max_waiting_per_tenant: Most requests of one tenant waiting for a slot (0: only ``max_waiting``).
+        prefix_cache_bytes: Bytes of prompt prefixes' keys and values kept for reuse (0: none kept).
+        prefix_block: Tokens per block of the prefix cache.
     """
 
     def __init__(
@@ -211,13 +375,22 @@ class GenerationEngine:
         max_waiting: int = 1024,
         name: str = "",
         threads: int = 0,
+        max_waiting_per_tenant: int = 0,
+        prefix_cache_bytes: int = 0,
+        prefix_block: int = 16,
     ) -> None:
         self.model = model
         self.tokenizer = tokenizer
         self.max_batch = max_batch
         self.max_waiting = max_waiting
+        self.max_waiting_per_tenant = max_waiting_per_tenant
         self.eos_ids = _eos_ids(model, tokenizer)
-        self._waiting: collections.deque[Generation] = collections.deque()
+        self._waiting = FairQueue()
+        self._submitted = 0
+        # The tenants of the last admissions, oldest first (tests and the log read it).
+        self.admitted: collections.deque[str] = collections.deque(maxlen=4096)
+        self.tokens_by_tenant: collections.Counter[str] = collections.Counter()
+        self.prefix_cache = PrefixCache(prefix_cache_bytes, prefix_block) if prefix_cache_bytes > 0 else None
         self._wake = threading.Condition()
         self._closed = False
         self._active: list[_Sequence] = []
@@ -228,16 +401,34 @@ class GenerationEngine:
         self._thread.start()
 
     # --- the event loop's side ---------------------------------------------------
-    def submit(self, prompt_ids: list[int], params: SamplingParams) -> Generation:
-        """Queues one request; iterate the answer for its tokens."""
-        generation = Generation(prompt_ids, params, asyncio.get_running_loop())
+    def submit(
+        self, prompt_ids: list[int], params: SamplingParams, tenant: str = "", weight: float = 1.0
+    ) -> Generation:
+        """Queues one request; iterate the answer for its tokens.
+
+        Args:
+            prompt_ids: The prompt's tokens.
+            params: How it generates.
+            tenant: Whose share of the slots it takes (the caller's token name; "" for anonymous callers).
+            weight: The tenant's weight in the fair share (above 0).
+        """
+        generation = Generation(prompt_ids, params, asyncio.get_running_loop(), tenant, weight)
         with self._wake:
             if self._closed:
                 raise ResourceExhaustedError("the model is being unloaded", field="model_name")
             if len(self._waiting) >= self.max_waiting:
                 raise ResourceExhaustedError(
-                    f"{len(self._waiting)} generations are waiting for this model, the most it queues"
+                    f"{len(self._waiting)} generations are waiting for this model, the most it queues "
+                    "(generate_max_waiting)"
                 )
+            queued = self._waiting.waiting(tenant)
+            if self.max_waiting_per_tenant and queued >= self.max_waiting_per_tenant:
+                raise ResourceExhaustedError(
+                    f"{queued} generations of {tenant or 'anonymous callers'!r} are waiting for this model, the most "
+                    f"one tenant queues (generate_max_waiting_per_tenant {self.max_waiting_per_tenant})"
+                )
+            self._submitted += 1
+            generation.number = self._submitted
             self._waiting.append(generation)
             self._wake.notify()
         return generation
@@ -246,6 +437,15 @@ class GenerationEngine:
     def active(self) -> int:
         """Sequences in the batch now."""
         return len(self._active)
+
+    def tenants(self) -> dict[str, tuple[int, int, int]]:
+        """Each tenant seen: (waiting, running, tokens generated so far), for the metrics."""
+        running = collections.Counter(seq.generation.tenant for seq in list(self._active))
+        with self._wake:
+            waiting = self._waiting.by_tenant()
+        tokens = dict(self.tokens_by_tenant)
+        names = set(waiting) | set(running) | set(tokens)
+        return {name: (waiting.get(name, 0), running.get(name, 0), tokens.get(name, 0)) for name in names}
 
     def close(self, wait_s: float = 0.0) -> None:
         """Ends every generation (cancelled) and stops the thread after its current step.
@@ -273,9 +473,14 @@ class GenerationEngine:
                     self._wake.wait()
                 if self._closed:
                     break
-                joining = []
-                while self._waiting and len(self._active) + len(joining) < self.max_batch:
-                    joining.append(self._waiting.popleft())
+                joining: list[Generation] = []
+                if self._waiting and len(self._active) < self.max_batch:
+                    running = collections.Counter(seq.generation.tenant for seq in self._active)
+                    while self._waiting and len(self._active) + len(joining) < self.max_batch:
+                        generation = self._waiting.pop(running)
+                        running[generation.tenant] += 1
+                        self.admitted.append(generation.tenant)
+                        joining.append(generation)
             try:
                 for generation in joining:
                     self._prefill(generation)
@@ -299,15 +504,30 @@ class GenerationEngine:
         if params.temperature > 0 and params.seed is not None:
             generator = torch.Generator().manual_seed(params.seed)
         seq = _Sequence(generation, generator)
-        ids = torch.tensor([generation.prompt_ids], dtype=torch.long)
+        prompt = generation.prompt_ids
         scored = params.prompt_logprobs is not None
+        cache, keys, reused, past = self.prefix_cache, [], 0, None
+        if cache is not None:
+            keys = cache.keys(prompt)
+            if not scored:  # a scored prompt needs every position's logits: prefilled whole
+                reused, past = cache.lookup(prompt, keys)
+        ids = torch.tensor([prompt[reused:]], dtype=torch.long)
+        extra: dict[str, Any] = {}
+        if past is not None:
+            from transformers import DynamicCache
+
+            extra["cache"] = DynamicCache(ddp_cache_data=past)
         out = self.model(
             input_ids=ids,
-            attention_mask=torch.ones_like(ids),
-            position_ids=torch.arange(ids.shape[1]).unsqueeze(0),
+            attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
+            position_ids=torch.arange(reused, len(prompt)).unsqueeze(0),
             use_cache=True,
             logits_to_keep=0 if scored else 1,  # 0: every position's, to score the prompt
+            **extra,
         )
+        caches = [(layer.keys, layer.values) for layer in out.cache.layers]
+        if cache is not None:
+            cache.store(keys, caches, reused // cache.block)
         if scored:
             seq.prompt_logprobs = _prompt_logprobs(out.logits[0], generation.prompt_ids, params.prompt_logprobs or 0)
         if params.max_tokens == 0:  # prompt scoring only: nothing to generate
@@ -319,8 +539,7 @@ class GenerationEngine:
             seq.bias = torch.zeros(vocab)
             for token_id, bias in params.logit_bias:
                 seq.bias[token_id] = bias
-        caches = [(layer.keys, layer.values) for layer in out.cache.layers]
-        joined = _Batch(caches, torch.ones_like(ids), torch.tensor([ids.shape[1]]))
+        joined = _Batch(caches, torch.ones(1, len(prompt), dtype=torch.long), torch.tensor([len(prompt)]))
         logits = out.logits[:, -1]
         token, logprob = self._pick(self._adjusted(logits, [seq])[0], seq, logits[0])
         if self._advance(seq, token, logprob):
@@ -420,6 +639,7 @@ class GenerationEngine:
             generation.emit(TokenEvent(index, None, "", STOP, logprob, prompt))
             return False
         seq.tokens.append(token)
+        self.tokens_by_tenant[generation.tenant] += 1
         text = self.tokenizer.decode(seq.tokens, skip_special_tokens=True)
         if text.endswith("\ufffd") and len(seq.tokens) < generation.params.max_tokens:
             text = text[:-1]  # part of a character: sent with the token that completes it
