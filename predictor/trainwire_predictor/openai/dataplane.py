@@ -9,6 +9,7 @@ completion objects, whole or as chunks.
 from __future__ import annotations
 
 import asyncio
+import base64
 import dataclasses
 import time
 import uuid
@@ -16,10 +17,20 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
+from trainwire_core.auth import current_caller
 from trainwire_core.errors import InvalidArgumentError
+from trainwire_predictor.generative.embeddings import MAX_INPUTS, TextEmbedder
 from trainwire_predictor.generative.engine import DEADLINE, STOP, TokenEvent, TokenLogprob
 from trainwire_predictor.generative.requests import ChatMessage as Message
-from trainwire_predictor.generative.requests import GenerateRequest, logprob_count, prompt_text, sampling_params
+from trainwire_predictor.generative.requests import (
+    GenerateRequest,
+    logprob_count,
+    prompt_text,
+    sampling_params,
+    tenant_of,
+)
 from trainwire_predictor.generative.service import GenerationStream, TextGenerator
 from trainwire_predictor.openai.protocol import (
     AssistantMessage,
@@ -35,6 +46,10 @@ from trainwire_predictor.openai.protocol import (
     CompletionLogprobs,
     CompletionRequest,
     Delta,
+    Embedding,
+    EmbeddingList,
+    EmbeddingRequest,
+    EmbeddingUsage,
     ModelCard,
     ModelList,
     TopLogprob,
@@ -80,6 +95,7 @@ class OpenAIDataPlane:
     def __init__(self, generator: TextGenerator, model_names: Callable[[], Awaitable[list[str]]]) -> None:
         self.generator = generator
         self.model_names = model_names
+        self.embedder = TextEmbedder(generator.router, generator.recorder)
 
     async def models(self) -> ModelList:
         created = int(time.time())
@@ -99,15 +115,16 @@ class OpenAIDataPlane:
             logprobs = logprob_count(request.logprobs, "logprobs")
             scoring = request.echo
         params = sampling_params(request.sampling_fields(), self.generator.limits, temperature=1.0, scoring=scoring)
+        tenant = tenant_of(current_caller())
         params = dataclasses.replace(
             params, logprobs=logprobs, prompt_logprobs=logprobs if scoring and logprobs is not None else None
         )
         if chat:
             messages = tuple(Message(m.role, m.text()) for m in request.messages)
-            prompts = [GenerateRequest(name, version, messages=messages, params=params, routing_key=key)]
+            prompts = [GenerateRequest(name, version, messages=messages, params=params, routing_key=key, **tenant)]
         else:
             prompts = [
-                GenerateRequest(name, version, prompt=text, prompt_ids=ids, params=params, routing_key=key)
+                GenerateRequest(name, version, prompt=text, prompt_ids=ids, params=params, routing_key=key, **tenant)
                 for text, ids in _prompts(request.prompt)
             ]
         if not 1 <= request.n or len(prompts) * request.n > MAX_CHOICES:
@@ -128,6 +145,32 @@ class OpenAIDataPlane:
                 choice.stream.cancel()
             raise
         return choices
+
+    # --- embeddings -------------------------------------------------------------------------------
+    async def embeddings(self, request: EmbeddingRequest, routing_key: str = "") -> EmbeddingList:
+        """Each input's embedding (mean-pooled and normalised), as floats or base64 float32."""
+        name, _, version = request.model.partition(":")
+        texts, ids = _embedding_inputs(request.input)
+        embedded = await self.embedder.embed(
+            name, version, texts=texts, token_ids=ids, routing_key=request.user or routing_key
+        )
+        width = len(embedded.vectors[0])
+        if request.dimensions is not None and request.dimensions != width:
+            # Matryoshka truncation is only right for models trained for it: the model's own width only.
+            raise InvalidArgumentError(
+                f"dimensions must be the model's {width} (this model's embeddings are not shortened)",
+                field="dimensions",
+            )
+        data = []
+        for i, vector in enumerate(embedded.vectors):
+            value: list[float] | str = vector
+            if request.encoding_format == "base64":
+                value = base64.b64encode(np.asarray(vector, dtype="<f4").tobytes()).decode("ascii")
+            data.append(Embedding(embedding=value, index=i))
+        tokens = embedded.prompt_tokens
+        return EmbeddingList(
+            data=data, model=request.model, usage=EmbeddingUsage(prompt_tokens=tokens, total_tokens=tokens)
+        )
 
     # --- completions ------------------------------------------------------------------------------
     async def completion(self, request: CompletionRequest, routing_key: str = "") -> Completion:
@@ -309,6 +352,24 @@ def _prompts(value: Any) -> list[tuple[str, tuple[int, ...]]]:
     if isinstance(value, list) and len(value) > 1:
         return [(prompt_text(text, f"prompt[{i}]"), ()) for i, text in enumerate(value)]
     return [(prompt_text(value, "prompt"), ())]
+
+
+def _embedding_inputs(value: Any) -> tuple[list[str] | None, list[list[int]] | None]:
+    """The embedding request's inputs: (texts, None) or (None, token id lists), each non-empty."""
+    if isinstance(value, str):
+        value = [value]
+    if not value:
+        raise InvalidArgumentError("input must not be empty", field="input")
+    if len(value) > MAX_INPUTS:
+        raise InvalidArgumentError(f"input has {len(value)} entries, over the limit of {MAX_INPUTS}", field="input")
+    if all(isinstance(v, int) for v in value):
+        return None, [list(value)]
+    for i, entry in enumerate(value):
+        if not entry:
+            raise InvalidArgumentError(f"input[{i}] must not be empty", field=f"input[{i}]")
+    if isinstance(value[0], str):
+        return list(value), None
+    return None, [list(ids) for ids in value]
 
 
 def _prompt_text(stream: GenerationStream) -> str:

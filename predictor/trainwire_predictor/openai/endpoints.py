@@ -1,6 +1,6 @@
 """The OpenAI API's routes on the predictor's REST port: what the ``openai`` client calls.
 
-``POST /v1/completions``, ``POST /v1/chat/completions`` (``"stream": true``: server-sent
+``POST /v1/completions``, ``POST /v1/chat/completions``, ``POST /v1/embeddings`` (``"stream": true``: server-sent
 chunks ending ``data: [DONE]``) and ``GET /v1/models``, with the same tokens (``predict``
 scope) and limits as inference. Errors are OpenAI's ``{"error": {"message", "type", "param",
 "code"}}``, in the body or, once a stream has begun, as its last event.
@@ -22,6 +22,7 @@ from trainwire_predictor.openai.dataplane import OpenAIDataPlane
 from trainwire_predictor.openai.protocol import (
     ChatCompletionRequest,
     CompletionRequest,
+    EmbeddingRequest,
     ErrorInfo,
     ErrorResponse,
     parse,
@@ -70,11 +71,16 @@ class OpenAIEndpoints:
         return [
             route("/v1/completions", self.completions, "POST"),
             route("/v1/chat/completions", self.chat_completions, "POST"),
+            route("/v1/embeddings", self.embeddings, "POST"),
             route("/v1/models", self.models, "GET"),
         ]
 
     async def models(self, request: Request) -> Response:
         return _json(await self.dataplane.models())
+
+    async def embeddings(self, request: Request) -> Response:
+        typed: EmbeddingRequest = parse(EmbeddingRequest, await self.body(request))
+        return _json(await self.dataplane.embeddings(typed, request.headers.get("routing-key") or ""))
 
     async def completions(self, request: Request) -> Response:
         typed: CompletionRequest = parse(CompletionRequest, await self.body(request))

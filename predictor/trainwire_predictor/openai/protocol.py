@@ -105,7 +105,19 @@ class ChatCompletionRequest(_Request):
         return fields
 
 
-def parse(kind: type[_Request], doc: dict[str, Any]) -> Any:
+class EmbeddingRequest(BaseModel):
+    """``POST /v1/embeddings``: ``input`` is a text, texts, token ids or lists of token ids."""
+
+    model_config = ConfigDict(strict=True, extra="allow")
+
+    model: str = Field(min_length=1)
+    input: str | list[str] | list[int] | list[list[int]]
+    encoding_format: Literal["float", "base64"] = "float"
+    dimensions: int | None = None
+    user: str | None = None
+
+
+def parse(kind: type[BaseModel], doc: dict[str, Any]) -> Any:
     """``doc`` as a ``kind`` request.
 
     Raises:
@@ -237,6 +249,25 @@ class ModelCard(BaseModel):
 class ModelList(BaseModel):
     object: Literal["list"] = "list"
     data: list[ModelCard]
+
+
+class Embedding(BaseModel):
+    object: Literal["embedding"] = "embedding"
+    # A list of floats, or (encoding_format base64) their little-endian float32 bytes in base64.
+    embedding: list[float] | str
+    index: int
+
+
+class EmbeddingUsage(BaseModel):
+    prompt_tokens: int
+    total_tokens: int
+
+
+class EmbeddingList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[Embedding]
+    model: str
+    usage: EmbeddingUsage
 
 
 class ErrorInfo(BaseModel):
