@@ -1,6 +1,6 @@
 """HTTP for every front end on the REST port (KServe v2, the generate extension, OpenAI).
 
-The one mapping of the error family's codes to HTTP statuses, and server-sent events.
+The one mapping of the error family's codes to HTTP statuses, JSON bodies, and server-sent events.
 """
 
 from __future__ import annotations
@@ -11,6 +11,16 @@ import grpc
 import orjson
 
 from trainwire_core.errors import ResourceExhaustedError, TrainwireError
+
+# Bodies from this size on are parsed in a thread: a megabyte of JSON takes milliseconds that
+# every other request on the loop would wait; smaller ones parse faster than a thread hop.
+PARSE_OFF_LOOP_BYTES = 1 << 20
+
+
+def dumps(doc: Any) -> bytes:
+    """Compact JSON (orjson)."""
+    return orjson.dumps(doc)
+
 
 # The one mapping of the error family's codes to HTTP statuses (google.rpc's HTTP mapping).
 HTTP_STATUS: dict[grpc.StatusCode, int] = {

@@ -20,14 +20,11 @@ from starlette.routing import Route
 
 from trainwire_core.errors import NotFoundError, TrainwireError
 from trainwire_predictor.dataplane import DataPlane
-from trainwire_predictor.http import http_status
+from trainwire_predictor.http import PARSE_OFF_LOOP_BYTES, dumps, http_status
 from trainwire_predictor.mlflow_scoring.codec import encode_predictions, inference_request, parse_body
-from trainwire_predictor.rest.codec import dumps
 
 Body = Callable[[Request], Awaitable[bytes]]
 RouteMaker = Callable[..., Route]
-# Bodies from this size on are parsed in a thread (as the OIP REST front end does).
-PARSE_OFF_LOOP_BYTES = 1 << 20
 _ERROR_CODES = {400: "BAD_REQUEST", 404: "RESOURCE_DOES_NOT_EXIST", 413: "BAD_REQUEST", 503: "TEMPORARILY_UNAVAILABLE"}
 
 

@@ -21,6 +21,7 @@ import numpy as np
 import orjson
 
 from trainwire_core.errors import InvalidArgumentError
+from trainwire_predictor.http import dumps
 from trainwire_predictor.inference import InferenceRequest, InferenceResponse, InputTensor, datatype_name, raw_bytes
 from trainwire_predictor.shared_memory import BYTE_SIZE, OFFSET, REGION, SharedMemoryRef, region_ref
 
@@ -203,8 +204,3 @@ def _region_parameters(ref: SharedMemoryRef) -> dict[str, Any]:
     if ref.offset:
         params[OFFSET] = ref.offset
     return params
-
-
-def dumps(doc: Any) -> bytes:
-    """Compact JSON; a non-finite float becomes null (JSON cannot carry it)."""
-    return orjson.dumps(doc)

@@ -40,10 +40,10 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from trainwire_core.auth import ADMIN, PREDICT, TokenTable
+from trainwire_core.auth import ADMIN, ANYONE, PREDICT, Caller, TokenTable, reset_caller, set_caller
 from trainwire_core.errors import InvalidArgumentError, PermissionDeniedError, TrainwireError, UnauthenticatedError
 from trainwire_predictor.dataplane import EXTENSIONS, SERVER_NAME, DataPlane, config_json
-from trainwire_predictor.http import BodyTooLargeError, http_status
+from trainwire_predictor.http import PARSE_OFF_LOOP_BYTES, BodyTooLargeError, http_status
 from trainwire_predictor.mlflow_scoring.endpoints import MlflowScoringEndpoints
 from trainwire_predictor.models import TensorSpec
 from trainwire_predictor.openai.dataplane import OpenAIDataPlane
@@ -57,9 +57,6 @@ logger = logging.getLogger(__name__)
 
 _HEADER_LENGTH = HEADER_LENGTH.encode()
 _UNAUTHENTICATED = "missing or wrong 'authorization: Bearer <token>' header"
-# Bodies from this size on are parsed in a thread: a megabyte of JSON takes milliseconds that
-# every other request on the loop would wait; smaller ones parse faster than a thread hop.
-PARSE_OFF_LOOP_BYTES = 1 << 20
 
 
 def _tensors(specs: list[TensorSpec]) -> list[dict[str, Any]]:
@@ -99,14 +96,15 @@ class RestFrontEnd:
         self.max_body_bytes = max_body_bytes
 
     # --- plumbing --------------------------------------------------------------
-    def _authorize(self, header: str | None, scope: str) -> None:
+    def _authorize(self, header: str | None, scope: str) -> Caller:
         if self.tokens is None:
-            return
+            return ANYONE
         caller = self.tokens.identify([("authorization", header)] if header is not None else [])
         if caller is None:
             raise UnauthenticatedError(_UNAUTHENTICATED)
         if scope not in caller.scopes:
             raise PermissionDeniedError(f"token {caller.name!r} lacks the {scope!r} scope", field=scope)
+        return caller
 
     async def _body(self, request: Request) -> bytes:
         """The whole body, refused (413) as soon as it is known to exceed the limit."""
@@ -159,9 +157,14 @@ class RestFrontEnd:
 
         @functools.wraps(endpoint)
         async def guarded(request: Request) -> Response:
-            if scope is not None:
-                self._authorize(request.headers.get("authorization"), scope)
-            return await endpoint(request)
+            if scope is None:
+                return await endpoint(request)
+            # The endpoint sees its caller as gRPC handlers do (generation's tenant is the token's name).
+            token = set_caller(self._authorize(request.headers.get("authorization"), scope))
+            try:
+                return await endpoint(request)
+            finally:
+                reset_caller(token)
 
         return Route(path, guarded, methods=[method])
 

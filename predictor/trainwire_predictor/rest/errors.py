@@ -6,7 +6,7 @@ from typing import Any
 
 from starlette.responses import Response
 
-from trainwire_predictor.rest.codec import dumps
+from trainwire_predictor.http import dumps
 
 
 def json_response(doc: Any, status: int = 200) -> Response:
