@@ -11,7 +11,8 @@ A deployment gives each user or service its own token, with the scopes it needs:
 - ``admin``: everything.
 
 The table comes from JSON, ``{"alice": {"token": "...", "scopes": ["submit-code", "read"]}}``
-(a file, or the same text in a setting). One plain token, as before, holds every scope.
+(a file, or the same text in a setting). One plain token, as before, holds every scope. An
+entry may carry ``"weight": 2``: its share of a predictor's generation slots (equal by default).
 """
 
 from __future__ import annotations
@@ -40,10 +41,12 @@ class Caller:
     Args:
         name: The token's name, recorded as who started a run ("" where no tokens are configured).
         scopes: What it may do (implied scopes included).
+        weight: Its share of a predictor's generation slots against other tokens' (above 0).
     """
 
     name: str
     scopes: frozenset[str]
+    weight: float = 1.0
 
     def require(self, scope: str) -> None:
         """Raises PermissionDeniedError naming ``scope`` unless the caller holds it."""
@@ -154,7 +157,10 @@ def parse_tokens(text: str) -> dict[str, Caller]:
             )
         if value in table:
             raise InvalidArgumentError(f"tokens[{name!r}] reuses the token of {table[value].name!r}", field="tokens")
-        table[value] = Caller(str(name), _expand(scopes))
+        weight = entry.get("weight", 1.0)
+        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not 0 < weight <= 1e6:
+            raise InvalidArgumentError(f"tokens[{name!r}].weight must be a number above 0", field="tokens")
+        table[value] = Caller(str(name), _expand(scopes), float(weight))
     return table
 
 

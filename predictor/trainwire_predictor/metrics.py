@@ -15,6 +15,16 @@ else its id) and ``version`` (the checkpoint id) labels:
   decoding, the model's predict, encoding (per request);
 - ``nv_inference_batch_size``: rows per model call.
 
+Language models' generation, per tenant (a token's name; "" for anonymous callers), with a
+``tenant`` label beside ``model`` and ``version``, read from the decode engines at each scrape:
+
+- ``trainwire_generate_waiting`` / ``trainwire_generate_running``: requests waiting for a
+  decode slot and holding one (gauges);
+- ``trainwire_generate_tokens``: tokens generated (counter);
+- ``trainwire_generate_prefix_cache_bytes`` and ``trainwire_generate_prefix_tokens`` /
+  ``..._prefix_hit_tokens``: the prefix cache's size, and prompt tokens looked up and found in it
+  (per model).
+
 Durations are histograms in microseconds (so ``_sum`` is Triton's cumulative
 counter of the same name, and ``_bucket`` gives quantiles). Counters follow the
 Prometheus convention and are exposed with a ``_total`` suffix.
@@ -23,8 +33,12 @@ Prometheus convention and are exposed with a ``_total`` suffix.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from trainwire_predictor.models import ModelRef
 from trainwire_predictor.statistics import Timing, model_labels
@@ -108,6 +122,10 @@ class PredictorMetrics:
                     children = self._children[ref.key] = _Children(self, model_labels(ref))
         return children
 
+    def watch_generation(self, engines: Callable[[], Sequence[tuple[ModelRef, Any]]]) -> None:
+        """Exposes each decode engine's tenants at every scrape (``engines``: the running ones, with their models)."""
+        self.registry.register(_GenerationCollector(engines))
+
     def success(self, ref: ModelRef, timing: Timing, duration_ns: int) -> None:
         c = self._of(ref)
         c.success.inc()
@@ -125,3 +143,42 @@ class PredictorMetrics:
         c = self._of(ref)
         c.exec_count.inc()
         c.batch_size.observe(rows)
+
+
+class _GenerationCollector(Collector):
+    """Per-tenant generation metrics, read from the engines when scraped (nothing to update per token)."""
+
+    def __init__(self, engines: Callable[[], Sequence[tuple[ModelRef, Any]]]) -> None:
+        self.engines = engines
+
+    def collect(self) -> Iterator[Metric]:
+        labels = [*LABELS, "tenant"]
+        waiting = GaugeMetricFamily(
+            "trainwire_generate_waiting", "Generations waiting for a decode slot", labels=labels
+        )
+        running = GaugeMetricFamily("trainwire_generate_running", "Generations holding a decode slot", labels=labels)
+        tokens = CounterMetricFamily("trainwire_generate_tokens", "Tokens generated", labels=labels)
+        cache_bytes = GaugeMetricFamily(
+            "trainwire_generate_prefix_cache_bytes", "Bytes of prompt prefixes' keys and values kept", labels=LABELS
+        )
+        looked = CounterMetricFamily(
+            "trainwire_generate_prefix_tokens", "Prompt tokens looked up in the prefix cache", labels=LABELS
+        )
+        hits = CounterMetricFamily(
+            "trainwire_generate_prefix_hit_tokens", "Prompt tokens found in the prefix cache", labels=LABELS
+        )
+        for ref, engine in self.engines():
+            model = list(model_labels(ref))
+            for tenant, (w, r, t) in sorted(engine.tenants().items()):
+                waiting.add_metric([*model, tenant], w)
+                running.add_metric([*model, tenant], r)
+                tokens.add_metric([*model, tenant], t)
+            cache = engine.prefix_cache
+            if cache is not None:
+                cache_bytes.add_metric(model, cache.bytes)
+                looked.add_metric(model, cache.lookup_tokens)
+                hits.add_metric(model, cache.hit_tokens)
+        yield from (waiting, running, tokens, cache_bytes, looked, hits)
+
+    def describe(self) -> list[Metric]:
+        return []  # collected at each scrape only: the registry does not call collect() on register

@@ -126,8 +126,12 @@ class PredictorServer:
                 settings.generate_threads,
                 settings.generate_max_prompt_chars,
                 settings.generate_max_prompt_tokens,
+                settings.generate_max_waiting_per_tenant,
+                settings.generate_prefix_cache_bytes,
             ),
         )
+        if self.metrics is not None:
+            self.metrics.watch_generation(self.dataplane.generator.engines)
         self.servicer = InferenceServicer(dataplane=self.dataplane)
         grpc_service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(self.servicer, self.server)
         health_servicer = add_health_and_reflection(self.server, (SERVICE_NAME,), grpc_service_pb2.DESCRIPTOR)

@@ -70,6 +70,13 @@ class PredictorSettings(BaseSettings):
     # Sequences one model decodes together (continuous batching), and requests that may wait for a slot.
     generate_max_batch: int = 32
     generate_max_waiting: int = 1024
+    # ... and requests of one tenant (a token's name; anonymous callers are one) that may wait for a
+    # slot of one model; 0: only generate_max_waiting. Slots and the queue are shared by weighted
+    # fair queueing over tenants (a token's "weight" in the tokens table; equal by default).
+    generate_max_waiting_per_tenant: int = Field(default=0, ge=0)
+    # Bytes of prompt prefixes' keys and values each language model keeps (16-token blocks, least
+    # recently used out): a prompt that starts as one seen before prefills only its own tail. 0: off.
+    generate_prefix_cache_bytes: int = Field(default=256 << 20, ge=0)
     # The longest one generation runs; a request may ask for less (timeout_s, or its gRPC deadline).
     generate_timeout_s: float = 300.0
     # Torch threads of each model's decode thread; 0: all cores but one, which the event loop keeps

@@ -438,6 +438,11 @@ class GenerationEngine:
         """Sequences in the batch now."""
         return len(self._active)
 
+    @property
+    def closed(self) -> bool:
+        """Whether ``close`` was called (the engine takes no more requests)."""
+        return self._closed
+
     def tenants(self) -> dict[str, tuple[int, int, int]]:
         """Each tenant seen: (waiting, running, tokens generated so far), for the metrics."""
         running = collections.Counter(seq.generation.tenant for seq in list(self._active))

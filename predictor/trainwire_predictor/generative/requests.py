@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from trainwire_core.auth import Caller
 from trainwire_core.errors import InvalidArgumentError
 from trainwire_predictor.generative.engine import SamplingParams
 
@@ -45,6 +46,8 @@ class GenerateLimits:
         max_prompt_chars: The most characters in a prompt (a chat's contents together), checked
             before tokenizing (0: 32 per position of the model's context).
         max_prompt_tokens: The most tokens in a prompt (0: the model's context).
+        max_waiting_per_tenant: Requests of one tenant that may wait for a slot per model (0: no own limit).
+        prefix_cache_bytes: Bytes of prompt prefixes' keys and values each model keeps for reuse (0: off).
     """
 
     max_tokens: int = 1024
@@ -55,6 +58,8 @@ class GenerateLimits:
     threads: int = 0
     max_prompt_chars: int = 0
     max_prompt_tokens: int = 0
+    max_waiting_per_tenant: int = 0
+    prefix_cache_bytes: int = 0
 
     def prompt_chars(self, context: int) -> int:
         """The most characters of a prompt to a model of ``context`` positions."""
@@ -84,6 +89,8 @@ class GenerateRequest:
         params: How to sample, with the deadline already set.
         routing_key: Sticky routing, as for inference.
         prompt_field: The prompt's name in the caller's protocol (``prompt``, ``text_input``, ...), for errors.
+        tenant: Whose share of the decode slots it takes: the caller's token name ("" for anonymous callers).
+        weight: The tenant's weight in the fair share (the token's).
     """
 
     model_name: str
@@ -94,6 +101,8 @@ class GenerateRequest:
     params: SamplingParams = field(default_factory=lambda: SamplingParams(max_tokens=16))
     routing_key: str = ""
     prompt_field: str = "prompt"
+    tenant: str = ""
+    weight: float = 1.0
 
     @property
     def field(self) -> str:
@@ -105,6 +114,11 @@ class GenerateRequest:
         if self.prompt_ids:
             return len(self.prompt_ids)  # no text: each token counts as one
         return sum(len(m.content) for m in self.messages) if self.messages else len(self.prompt)
+
+
+def tenant_of(caller: Caller) -> dict[str, Any]:
+    """A ``GenerateRequest``'s ``tenant`` and ``weight`` fields for ``caller``."""
+    return {"tenant": caller.name, "weight": caller.weight}
 
 
 def _number(doc: Mapping[str, Any], key: str, name: str, kind: type, default: Any) -> Any:

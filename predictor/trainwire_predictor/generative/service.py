@@ -18,7 +18,7 @@ from trainwire_core.errors import FailedPreconditionError, InvalidArgumentError
 from trainwire_predictor.generative.engine import Generation, GenerationEngine, TokenEvent
 from trainwire_predictor.generative.requests import GenerateLimits, GenerateRequest, render_chat
 from trainwire_predictor.inference import InferenceRequest
-from trainwire_predictor.models import LoadedModel
+from trainwire_predictor.models import LoadedModel, ModelRef
 from trainwire_predictor.routing import Router
 from trainwire_predictor.statistics import Recorder, Timing, now_ns
 
@@ -112,6 +112,15 @@ class TextGenerator:
         self.router = router
         self.recorder = recorder
         self.limits = limits
+        self._engines: dict[Any, tuple[ModelRef, GenerationEngine]] = {}
+
+    def engines(self) -> list[tuple[ModelRef, GenerationEngine]]:
+        """The running engines with their models (the metrics read their tenants)."""
+        with _ENGINES_LOCK:
+            for key, (_, engine) in list(self._engines.items()):
+                if engine.closed:
+                    del self._engines[key]
+            return list(self._engines.values())
 
     def engine(self, model: LoadedModel, name: str) -> GenerationEngine:
         """The loaded model's engine (started on first use; stopped when the cache drops the model).
@@ -138,7 +147,10 @@ class TextGenerator:
                     self.limits.max_waiting,
                     name=model.ref.run_id,
                     threads=self.limits.threads,
+                    max_waiting_per_tenant=self.limits.max_waiting_per_tenant,
+                    prefix_cache_bytes=self.limits.prefix_cache_bytes,
                 )
+                self._engines[model.ref.key] = (model.ref, model.generation_engine)
         return model.generation_engine
 
     async def open(self, request: GenerateRequest) -> GenerationStream:
@@ -181,7 +193,7 @@ class TextGenerator:
                 f"context of {room}",
                 field="max_tokens",
             )
-        generation = engine.submit(ids, request.params)
+        generation = engine.submit(ids, request.params, request.tenant, request.weight)
         name = model.ref.run_name or model.ref.run_id
         served = self._served(model, generation, started)
         return GenerationStream(

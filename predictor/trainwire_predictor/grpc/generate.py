@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
+from trainwire_core.auth import current_caller
 from trainwire_core.errors import InvalidArgumentError
 from trainwire_core.inference import grpc_service_pb2 as pb
 from trainwire_predictor.generative.requests import (
@@ -20,6 +21,7 @@ from trainwire_predictor.generative.requests import (
     parameters_object,
     prompt_text,
     sampling_params,
+    tenant_of,
 )
 from trainwire_predictor.generative.service import GenerationStream, TextGenerator
 from trainwire_predictor.grpc.codec import request_from_proto
@@ -72,6 +74,7 @@ def parse_generate(
         params=sampling_params(fields, generator.limits, "parameters.", time_remaining_s=time_remaining),
         routing_key=routing_key or str(fields.get("routing_key") or ""),
         prompt_field=f"inputs.{TEXT_INPUT}",
+        **tenant_of(current_caller()),
     )
     return generate, stream
 

@@ -15,8 +15,9 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
+from trainwire_core.auth import current_caller
 from trainwire_core.errors import InvalidArgumentError, TrainwireError
-from trainwire_predictor.generative.requests import GenerateRequest, prompt_text, sampling_params
+from trainwire_predictor.generative.requests import GenerateRequest, prompt_text, sampling_params, tenant_of
 from trainwire_predictor.generative.service import GenerationStream, TextGenerator
 from trainwire_predictor.http import SSE_HEADERS, sse_event
 from trainwire_predictor.rest.errors import json_response
@@ -60,6 +61,7 @@ class GenerateEndpoints:
                 params=sampling_params(fields, self.generator.limits, prefix),
                 routing_key=str(fields.get("routing_key") or request.headers.get("routing-key") or ""),
                 prompt_field="text_input",
+                **tenant_of(current_caller()),
             )
         )
 
