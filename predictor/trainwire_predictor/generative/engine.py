@@ -29,6 +29,7 @@ from typing import Any
 import torch
 
 from trainwire_core.errors import ResourceExhaustedError
+from trainwire_predictor.generative.grammar import Constraint, grammar_tokenizer
 
 logger = logging.getLogger(__name__)
 
@@ -54,6 +55,8 @@ class SamplingParams:
         presence_penalty: Subtracted from a token's logit once it has been generated (OpenAI's).
         frequency_penalty: Subtracted from a token's logit per time it has been generated (OpenAI's).
         logit_bias: (token id, bias) pairs added to the logits before every pick.
+        grammar: A structured output's ``generative.grammar.Grammar``: only the tokens it allows
+            are picked, and the generation stops when it completes (None: free text).
     """
 
     max_tokens: int
@@ -67,6 +70,7 @@ class SamplingParams:
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
     logit_bias: tuple[tuple[int, float], ...] = ()
+    grammar: Any = None
 
     @property
     def adjusts_logits(self) -> bool:
@@ -160,6 +164,8 @@ class _Sequence:
     counts: torch.Tensor | None = None
     bias: torch.Tensor | None = None
     prompt_logprobs: tuple[TokenLogprob | None, ...] | None = None
+    # A structured output's place in its grammar (made at the first pick).
+    constraint: Constraint | None = None
 
 
 class _Batch:
@@ -385,6 +391,7 @@ class GenerationEngine:
         self.max_waiting = max_waiting
         self.max_waiting_per_tenant = max_waiting_per_tenant
         self.eos_ids = _eos_ids(model, tokenizer)
+        self._grammar_cache: dict[str, Any] = {}
         self._waiting = FairQueue()
         self._submitted = 0
         # The tenants of the last admissions, oldest first (tests and the log read it).
@@ -614,9 +621,26 @@ class GenerationEngine:
         logits[index] += bias - counts * frequency - (counts > 0).float() * presence
         return logits
 
+    def grammar_tokenizer(self) -> Any:
+        """The model's vocabulary as the grammar library reads it (built once; call it off the event loop)."""
+        vocab = int(getattr(self.model.config, "vocab_size", 0) or len(self.tokenizer))
+        return grammar_tokenizer(self.tokenizer, vocab, self.eos_ids, self._grammar_cache)
+
     def _pick(self, logits: torch.Tensor, seq: _Sequence, raw: torch.Tensor) -> tuple[int, TokenLogprob | None]:
-        """The next token from ``logits`` (adjusted), and its log-probability under ``raw`` when asked."""
+        """The next token from ``logits`` (adjusted), and its log-probability under ``raw`` when asked.
+
+        A row with a grammar picks among the tokens it allows (the others' logits are -inf);
+        rows without one pay nothing.
+        """
         params = seq.generation.params
+        if params.grammar is not None:
+            if seq.constraint is None:
+                matcher = params.grammar.matcher(self.grammar_tokenizer())
+                seq.constraint = Constraint(matcher, logits.shape[-1])
+            allowed = seq.constraint.allowed()
+            if not bool(allowed.any()) and self.eos_ids:  # the grammar is spent or broken: end here
+                return min(self.eos_ids), None
+            logits = logits.float().masked_fill(~allowed, float("-inf"))
         if params.temperature <= 0:
             token = int(torch.argmax(logits))
         else:
@@ -629,6 +653,8 @@ class GenerationEngine:
             token = int(torch.multinomial(probs, 1, generator=seq.generator))
         if seq.counts is not None:
             seq.counts[token] += 1
+        if seq.constraint is not None and token not in self.eos_ids:
+            seq.constraint.take(token)
         if params.logprobs is None:
             return token, None
         return token, _logprob(torch.log_softmax(raw.float(), dim=-1), token, params.logprobs)
@@ -658,6 +684,8 @@ class GenerationEngine:
             generation.emit(TokenEvent(index, token, new, STOP, logprob, prompt))
             return False
         finish = LENGTH if len(seq.tokens) >= generation.params.max_tokens else None
+        if seq.constraint is not None and seq.constraint.complete:
+            finish = STOP  # the structured output is whole: only the end of text could follow
         generation.emit(TokenEvent(index, token, new, finish, logprob, prompt))
         return finish is None
 

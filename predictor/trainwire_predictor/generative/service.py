@@ -193,6 +193,8 @@ class TextGenerator:
                 f"context of {room}",
                 field="max_tokens",
             )
+        if request.params.grammar is not None:  # the grammar's view of the vocabulary: built once, off the loop
+            await asyncio.to_thread(engine.grammar_tokenizer)
         generation = engine.submit(ids, request.params, request.tenant, request.weight)
         name = model.ref.run_name or model.ref.run_id
         served = self._served(model, generation, started)

@@ -23,6 +23,7 @@ from trainwire_core.auth import current_caller
 from trainwire_core.errors import InvalidArgumentError
 from trainwire_predictor.generative.embeddings import MAX_INPUTS, TextEmbedder
 from trainwire_predictor.generative.engine import DEADLINE, STOP, TokenEvent, TokenLogprob
+from trainwire_predictor.generative.grammar import response_format_grammar
 from trainwire_predictor.generative.requests import ChatMessage as Message
 from trainwire_predictor.generative.requests import (
     GenerateRequest,
@@ -116,8 +117,13 @@ class OpenAIDataPlane:
             scoring = request.echo
         params = sampling_params(request.sampling_fields(), self.generator.limits, temperature=1.0, scoring=scoring)
         tenant = tenant_of(current_caller())
+        # Compiling a schema is the grammar library's work: off the event loop.
+        grammar = await asyncio.to_thread(response_format_grammar, request.response_format)
         params = dataclasses.replace(
-            params, logprobs=logprobs, prompt_logprobs=logprobs if scoring and logprobs is not None else None
+            params,
+            logprobs=logprobs,
+            prompt_logprobs=logprobs if scoring and logprobs is not None else None,
+            grammar=grammar,
         )
         if chat:
             messages = tuple(Message(m.role, m.text()) for m in request.messages)

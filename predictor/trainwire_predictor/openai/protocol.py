@@ -35,6 +35,8 @@ class _Request(BaseModel):
     stream: bool = False
     stream_options: dict[str, Any] | None = None
     user: str | None = None
+    # {"type": "text" | "json_object" | "json_schema", "json_schema": {"name", "schema", "strict"}}
+    response_format: dict[str, Any] | None = None
     # trainwire's own: the longest this generation may run (at most the operator's limit).
     timeout_s: float | None = None
 
