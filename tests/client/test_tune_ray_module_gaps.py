@@ -113,3 +113,25 @@ def test_keras_integration_reports_as_trainwires_keras_callback():
     assert callback._selected({"accuracy": 0.5, "loss": 1.0}) == {"acc": 0.5}
     with pytest.raises(DeprecationWarning):
         TuneReportCallback()
+
+
+@pytest.mark.parametrize(
+    "module",
+    [
+        "async_hyperband",
+        "hyperband",
+        "hb_bohb",
+        "median_stopping_rule",
+        "resource_changing_scheduler",
+        "trial_scheduler",
+    ],
+)
+def test_scheduler_modules_hold_the_classes_ray_defines_there(module):
+    import importlib
+
+    import trainwire.tune.schedulers as schedulers
+
+    ours = importlib.import_module(f"trainwire.tune.schedulers.{module}")
+    rays = importlib.import_module(f"ray.tune.schedulers.{module}")
+    assert ours.__all__ and all(hasattr(rays, name) for name in ours.__all__)
+    assert all(getattr(ours, name) is getattr(schedulers, name) for name in ours.__all__)
