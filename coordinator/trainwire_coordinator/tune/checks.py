@@ -86,7 +86,7 @@ def make_plan(request: tune_pb2.TuneRequest) -> Plan:
             f"at most {MAX_TRIALS}",
             field="tune_config.num_samples",
         )
-    if scheduler_spec.name in ("pbt", "pbt_replay") and alg.name not in ("", "variant_generator"):
+    if scheduler_spec.name in ("pbt", "pb2", "pbt_replay") and alg.name not in ("", "variant_generator"):
         raise InvalidArgumentError(  # as Ray's on_trial_add
             f"Search algorithms cannot be used with {scheduler_spec.name} schedulers. Please remove {alg.name}.",
             field="tune_config.search_alg.name",

@@ -313,9 +313,7 @@ class PopulationBasedTraining(ControllerScheduler):
             return CONTINUE
         if time - state.last_perturbation_time < self.perturbation_interval:
             return CONTINUE
-        state.last_score = self.sign * result[self.metric]
-        state.last_train_time = time
-        state.last_result = result
+        self._save_trial_state(state, time, result, trial)
         if not self.synch:
             state.last_perturbation_time = time
             lower, upper = self._quantiles()
@@ -337,6 +335,16 @@ class PopulationBasedTraining(ControllerScheduler):
             self.next_perturbation_sync = max(self.next_perturbation_sync + self.perturbation_interval, latest)
         return NOOP if trial.status == PAUSED else PAUSE
 
+    def _save_trial_state(self, state: _TrialState, time: float, result: dict[str, Any], trial: SchedTrial) -> None:
+        """Records the result a perturbation decision is made on (Ray's ``_save_trial_state``)."""
+        state.last_score = self.sign * result[self.metric]
+        state.last_train_time = time
+        state.last_result = result
+
+    def _new_config(self, trial: SchedTrial, source: SchedTrial) -> Any:
+        """The config ``trial`` goes on with: ``source``'s, explored (a dict, or a reference the driver awaits)."""
+        return self.explorer.explore(source.config)
+
     def _checkpoint_or_exploit(
         self, trial: SchedTrial, controller: Controller, upper: list[SchedTrial], lower: list[SchedTrial]
     ) -> None:
@@ -355,7 +363,7 @@ class PopulationBasedTraining(ControllerScheduler):
             self._exploit(controller, trial, source)
 
     def _exploit(self, controller: Controller, trial: SchedTrial, source: SchedTrial) -> None:
-        new_config = self.explorer.explore(source.config)
+        new_config = self._new_config(trial, source)
         logger.info("PBT: trial %s clones trial %s (explored config %s)", trial.index, source.index, new_config)
         if isinstance(new_config, dict):
             trial.config = new_config
@@ -392,6 +400,120 @@ class PopulationBasedTraining(ControllerScheduler):
         ]
         candidates.sort(key=lambda t: self.trial_state[t].last_train_time)
         return candidates[0] if candidates else None
+
+
+class PB2(PopulationBasedTraining):
+    """Ray's PB2: PBT whose explore picks the clone's new values by a Gaussian process bandit.
+
+    The decisions on results (quantiles, exploit, checkpoints) are PBT's; the explore step calls
+    Ray's own ``ray.tune.schedulers.pb2._explore`` on the same data Ray's PB2 records (each
+    perturbation point's time, values within ``hyperparam_bounds`` and score), so the configs it
+    picks are Ray's.
+    """
+
+    display_name = "PB2"
+
+    def __init__(self, options: dict[str, Any], metric: str, mode: str, rng: random.Random) -> None:
+        bounds = options.get("hyperparam_bounds") or {}
+        if not isinstance(bounds, dict) or not bounds:
+            raise InvalidArgumentError(
+                "`hyperparam_bounds` must be specified to use PB2 scheduler.",
+                field=f"{FIELD}.options.hyperparam_bounds",
+            )
+        self.bounds_flat = _flat_bounds(bounds)
+        self.bounds = bounds
+        seed = int(options.get("seed", 0) or 0)
+        super().__init__(options, metric, mode, LocalExplorer({}, 0.0, (1.2, 0.8), rng, seed), rng)
+        import pandas as pd
+
+        self.pd = pd
+        self.data = pd.DataFrame()
+        self.current: Any = None
+        self.last_exploration_time = 0.0
+
+    def on_trial_add(self, controller: Controller, trial: SchedTrial) -> None:
+        from ray.tune.schedulers.pb2 import _fill_config
+
+        _fill_config(trial.config, self.bounds)  # values the config lacks: uniform within their bounds
+        super().on_trial_add(controller, trial)
+
+    def _save_trial_state(self, state: _TrialState, time: float, result: dict[str, Any], trial: SchedTrial) -> None:
+        super()._save_trial_state(state, time, result, trial)
+        flat = _flatten(trial.config)
+        names = list(self.bounds_flat)
+        row = [[str(trial.index), result[self.time_attr], *[flat[k] for k in names], state.last_score]]
+        entry = self.pd.DataFrame(row, columns=["Trial", "Time", *names, "Reward"])
+        self.data = self.pd.concat([self.data, entry]).reset_index(drop=True)
+        self.data.Trial = self.data.Trial.astype("str")
+
+    def _new_config(self, trial: SchedTrial, source: SchedTrial) -> Any:
+        from ray.tune.schedulers.pb2 import _explore
+
+        # As Ray's _get_new_config: a new time step forgets the points chosen in the last one.
+        if self.data["Time"].max() > self.last_exploration_time:
+            self.current = None
+        new_flat, data = _explore(
+            self.data, self.bounds_flat, self.current, str(source.index), str(trial.index), _flatten(source.config)
+        )
+        self.data = data.copy()
+        new = np.array([new_flat[key] for key in self.bounds_flat]).reshape(1, -1)
+        if self.data["Time"].max() > self.last_exploration_time:
+            self.last_exploration_time = self.data["Time"].max()
+            self.current = new.copy()
+        else:
+            self.current = np.concatenate((self.current, new), axis=0)
+        return _unflatten(new_flat)
+
+
+def _flatten(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for key, value in config.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            flat.update(_flatten(value, f"{name}/"))
+        else:
+            flat[name] = value
+    return flat
+
+
+def _unflatten(flat: dict[str, Any]) -> dict[str, Any]:
+    nested: dict[str, Any] = {}
+    for key, value in flat.items():
+        node = nested
+        *parents, last = key.split("/")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[last] = value
+    return nested
+
+
+def _flat_bounds(bounds: dict[str, Any], prefix: str = "") -> dict[str, tuple[float, float]]:
+    """``hyperparam_bounds`` flattened, each a ``[low, high]`` pair (as Ray's checks)."""
+    flat: dict[str, tuple[float, float]] = {}
+    for key, value in bounds.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            flat.update(_flat_bounds(value, f"{name}/"))
+            continue
+        if (
+            not isinstance(value, list | tuple)
+            or len(value) != 2
+            or not all(isinstance(v, int | float) and not isinstance(v, bool) for v in value)
+        ):
+            raise InvalidArgumentError(
+                "`hyperparam_bounds` values must either be a list or tuple of size 2, "
+                f"but got {value} instead for the param '{name}'",
+                field=f"{FIELD}.options.hyperparam_bounds",
+            )
+        low, high = value
+        if low > high:
+            raise InvalidArgumentError(
+                "`hyperparam_bounds` values must be of the form [low, high] where low <= high, "
+                f"but got {value} instead for param '{name}'.",
+                field=f"{FIELD}.options.hyperparam_bounds",
+            )
+        flat[name] = (low, high)
+    return flat
 
 
 class PopulationBasedTrainingReplay(ControllerScheduler):
@@ -463,3 +585,8 @@ def make_pbt(spec: tune_pb2.TrialScheduler, options: dict[str, Any], metric: str
     else:
         explorer = LocalExplorer(mutations, resample, tuple(factors), rng, seed)
     return PopulationBasedTraining(options, metric, mode, explorer, rng)
+
+
+def make_pb2(options: dict[str, Any], metric: str, mode: str) -> PB2:
+    """The request's PB2 (its explore runs here: bounds are data)."""
+    return PB2(options, metric, mode, random.Random(int(options.get("seed", 0) or 0)))

@@ -147,6 +147,8 @@ def make_scheduler(spec: tune_pb2.TrialScheduler, mode: str, metric: str = "") -
         return scheduling.HyperBandForBOHB(options, metric, mode)
     if name == "pbt":
         return pbt.make_pbt(spec, options, metric, mode)
+    if name == "pb2":
+        return pbt.make_pb2(options, metric, mode)
     if name == "pbt_replay":
         return pbt.PopulationBasedTrainingReplay(options)
     raise InvalidArgumentError(
@@ -156,4 +158,4 @@ def make_scheduler(spec: tune_pb2.TrialScheduler, mode: str, metric: str = "") -
 
 
 # The schedulers a request may name (ResourceChangingScheduler travels as its base scheduler).
-NAMES = ("fifo", "asha", "async_hyperband", "median_stopping_rule", "hyperband", "hb_bohb", "pbt", "pbt_replay")
+NAMES = ("fifo", "asha", "async_hyperband", "median_stopping_rule", "hyperband", "hb_bohb", "pbt", "pb2", "pbt_replay")

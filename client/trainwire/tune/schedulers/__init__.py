@@ -271,4 +271,6 @@ def _number(value: object, name: str) -> float:
     return float(value)
 
 
+# PB2 is importable from here as Ray's (lazily there), and not in __all__, as there.
+from trainwire.tune.schedulers.pb2 import PB2  # noqa: E402, F401
 from trainwire.tune.schedulers.pbt import PopulationBasedTraining, PopulationBasedTrainingReplay  # noqa: E402
