@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from typing import Any
 
 import pytest
@@ -182,6 +183,11 @@ def test_metrics_per_tenant(model: Any) -> None:
     engine = GenerationEngine(model, _Tokenizer(), max_batch=2, threads=1, prefix_cache_bytes=1 << 20)
     try:
         _run(engine, [("alice", 1.0)] * 3 + [("bob", 1.0)])
+        # The last token reaches the caller just before its sequence leaves the batch.
+        for _ in range(500):
+            if not engine.active:
+                break
+            time.sleep(0.01)
         metrics = PredictorMetrics()
         ref = ModelRef(run_id="run1", checkpoint_id="ck1", run_name="lm")
         metrics.watch_generation(lambda: [(ref, engine)])
