@@ -50,7 +50,7 @@ SERVERS = {"batching": ON, "last release's batching": LAST_RELEASE, "one call pe
 
 def commit(store: Any, run: str, checkpoint: Any) -> None:
     from trainwire.config import CheckpointConfig
-    from trainwire_coordinator.checkpoint_manager import CheckpointManager
+    from trainwire_coordinator.execution.checkpoint_manager import CheckpointManager
 
     manager = CheckpointManager(store, f"bench-{run}", run, CheckpointConfig())
     manager.commit("c1", 1, {}, store.upload_dir(checkpoint.path, store.checkpoint_dir(f"bench-{run}", "c1")))

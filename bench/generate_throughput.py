@@ -69,7 +69,7 @@ def build(workdir: Path) -> None:
 
     from trainwire.config import CheckpointConfig
     from trainwire.huggingface.checkpoint import HuggingFaceCheckpoint
-    from trainwire_coordinator.checkpoint_manager import CheckpointManager
+    from trainwire_coordinator.execution.checkpoint_manager import CheckpointManager
     from trainwire_core.storage import Store
 
     torch.manual_seed(0)

@@ -40,7 +40,7 @@ def commit_matrix_model(workdir: Path) -> None:
     import xgboost
 
     from trainwire.config import CheckpointConfig
-    from trainwire_coordinator.checkpoint_manager import CheckpointManager
+    from trainwire_coordinator.execution.checkpoint_manager import CheckpointManager
     from trainwire_core.storage import Store
 
     x, y = pt._cancer()

@@ -43,7 +43,7 @@ def train_model(workdir: Path):
     from sklearn.datasets import load_breast_cancer
 
     from trainwire.config import CheckpointConfig
-    from trainwire_coordinator.checkpoint_manager import CheckpointManager
+    from trainwire_coordinator.execution.checkpoint_manager import CheckpointManager
     from trainwire_core.storage import Store
 
     data = load_breast_cancer(as_frame=True)

@@ -81,7 +81,7 @@ def _commit(workdir: Path, run: str, booster: Any, preprocessor: Any = None) -> 
 
     from trainwire.checkpoint import METADATA_NAME
     from trainwire.config import CheckpointConfig
-    from trainwire_coordinator.checkpoint_manager import CheckpointManager
+    from trainwire_coordinator.execution.checkpoint_manager import CheckpointManager
     from trainwire_core.storage import Store
 
     model_dir = workdir / f"model-{run}"

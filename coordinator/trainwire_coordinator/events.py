@@ -8,8 +8,8 @@ from collections import defaultdict
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 
+from trainwire_coordinator.execution.run_state import TERMINAL
 from trainwire_coordinator.metadata import MetadataStore
-from trainwire_coordinator.run_state import TERMINAL
 from trainwire_core.v1 import coordinator_pb2
 
 # Events per WatchRunBatched message: a 100,000-report history in 20 messages.

@@ -14,22 +14,22 @@ from google.protobuf import timestamp_pb2
 
 from trainwire.checkpoint import Checkpoint
 from trainwire.config import CheckpointConfig, FailureConfig, RunConfig
+from trainwire_coordinator.admission.checkpoint_uploads import receive_checkpoint
+from trainwire_coordinator.admission.code_policy import CodePolicy
+from trainwire_coordinator.admission.fit_checks import FitChecks
+from trainwire_coordinator.admission.report_checks import ReportSecrets, check_report
+from trainwire_coordinator.admission.runtime_envs import PackageService
 from trainwire_coordinator.backends import get_backend
-from trainwire_coordinator.checkpoint_manager import CheckpointManager
-from trainwire_coordinator.checkpoint_uploads import receive_checkpoint
-from trainwire_coordinator.code_policy import CodePolicy
-from trainwire_coordinator.controller import ControllerDeps, RunController
-from trainwire_coordinator.datasets import DatasetService
 from trainwire_coordinator.events import EventLog
-from trainwire_coordinator.failure_policy import FailurePolicy
-from trainwire_coordinator.fit_checks import FitChecks
+from trainwire_coordinator.execution.checkpoint_manager import CheckpointManager
+from trainwire_coordinator.execution.controller import ControllerDeps, RunController
+from trainwire_coordinator.execution.datasets import DatasetService
+from trainwire_coordinator.execution.failure_policy import FailurePolicy
+from trainwire_coordinator.execution.run_state import ACTIVE, TERMINAL
+from trainwire_coordinator.execution.worker_pool import WorkerPool
 from trainwire_coordinator.metadata import MetadataStore, RunRecord
 from trainwire_coordinator.metrics import CoordinatorMetrics
-from trainwire_coordinator.report_checks import ReportSecrets, check_report
 from trainwire_coordinator.run_logs import LogReader, watch_logs
-from trainwire_coordinator.run_state import ACTIVE, TERMINAL
-from trainwire_coordinator.runtime_envs import PackageService
-from trainwire_coordinator.worker_pool import WorkerPool
 from trainwire_core.auth import SUBMIT_CODE, Caller, current_caller
 from trainwire_core.errors import (
     InvalidArgumentError,

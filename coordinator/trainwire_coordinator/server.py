@@ -17,13 +17,13 @@ from pathlib import Path
 import grpc
 import ray
 
-from trainwire_coordinator.code_policy import CodePolicy
-from trainwire_coordinator.datasets import DatasetService
+from trainwire_coordinator.admission.code_policy import CodePolicy
+from trainwire_coordinator.admission.runtime_envs import PackageService
+from trainwire_coordinator.execution.datasets import DatasetService
+from trainwire_coordinator.integrations.mlflow_tracker import MlflowTracker
+from trainwire_coordinator.integrations.model_registry import ModelRegistry, ModelRegistryServicer
 from trainwire_coordinator.metadata import open_metadata_store
-from trainwire_coordinator.mlflow_tracker import MlflowTracker
-from trainwire_coordinator.model_registry import ModelRegistry, ModelRegistryServicer
 from trainwire_coordinator.run_manager import RunManager
-from trainwire_coordinator.runtime_envs import PackageService
 from trainwire_coordinator.servicer import CoordinatorServicer, WorkerReportsServicer
 from trainwire_coordinator.settings import CoordinatorSettings
 from trainwire_coordinator.tune.manager import TuneManager

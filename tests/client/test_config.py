@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from trainwire import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
-from trainwire_coordinator.checkpoint_manager import CheckpointManager
-from trainwire_coordinator.failure_policy import FailurePolicy
+from trainwire_coordinator.execution.checkpoint_manager import CheckpointManager
+from trainwire_coordinator.execution.failure_policy import FailurePolicy
 from trainwire_core.errors import InvalidArgumentError
 from trainwire_core.storage import ManifestEntry, Store
 from trainwire_core.structs import flatten_metrics
@@ -86,7 +86,7 @@ def test_retention_by_a_nested_score_and_unscored_rank_last(tmp_path):
 
 
 def test_retention_keeps_the_versions_an_alias_or_a_route_serves(tmp_path):
-    from trainwire_coordinator.model_registry import ModelRegistry
+    from trainwire_coordinator.integrations.model_registry import ModelRegistry
 
     store = Store(str(tmp_path))
     manager = CheckpointManager(store, "run", "name", CheckpointConfig(num_to_keep=1))

@@ -11,7 +11,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from trainwire import ScalingConfig
 from trainwire.client import table_to_ipc
-from trainwire_coordinator.fit_checks import wait_until_feasible
+from trainwire_coordinator.admission.fit_checks import wait_until_feasible
 from trainwire_core.errors import InvalidArgumentError, ResourceExhaustedError
 from trainwire_core.grpc_status import field_of
 from trainwire_core.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from trainwire.config import FailureConfig
-from trainwire_coordinator.controller import ControllerDeps, RunController
-from trainwire_coordinator.controller_states import (
+from trainwire_coordinator.execution.controller import ControllerDeps, RunController
+from trainwire_coordinator.execution.controller_states import (
     Cancelled,
     Failed,
     FittingPreprocessor,
@@ -23,8 +23,8 @@ from trainwire_coordinator.controller_states import (
     Starting,
     Succeeded,
 )
-from trainwire_coordinator.failure_policy import FailurePolicy
-from trainwire_coordinator.run_state import RESIZE_AFTER_LOSS_S, TRANSITIONS
+from trainwire_coordinator.execution.failure_policy import FailurePolicy
+from trainwire_coordinator.execution.run_state import RESIZE_AFTER_LOSS_S, TRANSITIONS
 from trainwire_core.storage import Store
 from trainwire_core.structs import metrics_to_struct
 from trainwire_core.v1 import common_pb2, coordinator_pb2, worker_reports_pb2
@@ -35,7 +35,7 @@ SEEN: set[tuple[int, int]] = set()
 
 
 def test_the_controller_imports_no_ray():
-    code = "import sys, trainwire_coordinator.controller; print('ray' in sys.modules)"
+    code = "import sys, trainwire_coordinator.execution.controller; print('ray' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
 

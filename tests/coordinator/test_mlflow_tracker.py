@@ -10,9 +10,8 @@ import pytest
 from mlflow_server import mlflow_uri  # noqa: F401 - the fixture
 
 from trainwire.config import CheckpointConfig
-from trainwire_coordinator.checkpoint_manager import CheckpointManager
-from trainwire_coordinator.metadata import RunRecord, open_metadata_store
-from trainwire_coordinator.mlflow_tracker import (
+from trainwire_coordinator.execution.checkpoint_manager import CheckpointManager
+from trainwire_coordinator.integrations.mlflow_tracker import (
     ARTIFACT_CHECKPOINT_TAG,
     ARTIFACT_SKIPPED_TAG,
     BEST_CHECKPOINT_TAG,
@@ -21,7 +20,8 @@ from trainwire_coordinator.mlflow_tracker import (
     SKIPPED_TAG,
     MlflowTracker,
 )
-from trainwire_coordinator.model_registry import ModelRegistry
+from trainwire_coordinator.integrations.model_registry import ModelRegistry
+from trainwire_coordinator.metadata import RunRecord, open_metadata_store
 from trainwire_coordinator.settings import CoordinatorSettings
 from trainwire_core.storage import Store
 from trainwire_core.structs import to_struct

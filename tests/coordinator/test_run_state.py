@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from trainwire import FailureConfig, ScalingConfig
-from trainwire_coordinator.controller_states import (
+from trainwire_coordinator.execution.controller_states import (
     Cancelled,
     Failed,
     FittingPreprocessor,
@@ -19,8 +19,8 @@ from trainwire_coordinator.controller_states import (
     Succeeded,
     Suspended,
 )
-from trainwire_coordinator.failure_policy import FailurePolicy
-from trainwire_coordinator.run_state import (
+from trainwire_coordinator.execution.failure_policy import FailurePolicy
+from trainwire_coordinator.execution.run_state import (
     ACTIVE,
     CANCELLED,
     FAILED,

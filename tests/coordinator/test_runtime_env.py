@@ -20,7 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from trainwire import runtime_env
-from trainwire_coordinator.runtime_envs import PackageService, check_runtime_env
+from trainwire_coordinator.admission.runtime_envs import PackageService, check_runtime_env
 from trainwire_core.errors import InvalidArgumentError, PermissionDeniedError
 from trainwire_core.storage import Store
 from trainwire_core.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trainwire_coordinator.runtime_envs import check_pip_line, check_runtime_env
+from trainwire_coordinator.admission.runtime_envs import check_pip_line, check_runtime_env
 from trainwire_core.errors import InvalidArgumentError
 from trainwire_core.v1 import common_pb2
 

@@ -40,7 +40,7 @@ def booster(frame):
 def commit(store: Store, run_id: str, booster) -> str:
     """Commits an XGBoost checkpoint the way the coordinator does; returns its directory."""
     from trainwire.xgboost.checkpoint import XGBoostCheckpoint
-    from trainwire_coordinator.checkpoint_manager import CheckpointManager
+    from trainwire_coordinator.execution.checkpoint_manager import CheckpointManager
 
     local = XGBoostCheckpoint.from_model(booster)
     local.set_metadata({"feature_columns": COLUMNS})

@@ -576,7 +576,7 @@ def test_a_first_torch_fit_on_every_cpu_after_xgboost_fits_reads_its_dataset(tmp
 def test_slow_work_is_reported_once_and_an_interrupt_stops_the_wait():
     import asyncio
 
-    from trainwire_coordinator.datasets import report_if_slow
+    from trainwire_coordinator.execution.datasets import report_if_slow
 
     async def scenario() -> tuple[list[str], object, object, float]:
         reports: list[str] = []

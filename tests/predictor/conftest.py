@@ -109,7 +109,7 @@ def commit_checkpoint(
     manager: Any = None,
 ) -> Any:
     """Commits a local checkpoint directory into the store the way the coordinator does."""
-    from trainwire_coordinator.checkpoint_manager import CheckpointManager
+    from trainwire_coordinator.execution.checkpoint_manager import CheckpointManager
 
     manager = manager or CheckpointManager(store, run_id, run_name, config or CheckpointConfig())
     files = store.upload_dir(local_dir, store.checkpoint_dir(run_id, checkpoint_id))

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from trainwire.cli import main as cli
 from trainwire.model_registry import ModelRegistryClient, parse_weights
-from trainwire_coordinator.model_registry import ModelRegistry, ModelRegistryServicer
+from trainwire_coordinator.integrations.model_registry import ModelRegistry, ModelRegistryServicer
 from trainwire_coordinator.server import METHOD_SCOPES, PROTECTED_SERVICES
 from trainwire_core.auth import TokenTable
 from trainwire_core.errors import InvalidArgumentError, NotFoundError, PermissionDeniedError

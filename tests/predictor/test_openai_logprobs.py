@@ -43,7 +43,7 @@ def server(tmp_path_factory, tokenizer, lm) -> Iterator[Any]:
     """A predictor serving ``lm`` from a store of its own."""
     from trainwire.config import CheckpointConfig
     from trainwire.huggingface.checkpoint import HuggingFaceCheckpoint
-    from trainwire_coordinator.checkpoint_manager import CheckpointManager
+    from trainwire_coordinator.execution.checkpoint_manager import CheckpointManager
     from trainwire_core.storage import Store
     from trainwire_predictor.server import PredictorThread
     from trainwire_predictor.settings import PredictorSettings

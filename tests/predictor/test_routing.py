@@ -20,7 +20,7 @@ from conftest import commit_checkpoint
 from prometheus_client import CollectorRegistry, generate_latest
 
 from trainwire.predictor import Predictor
-from trainwire_coordinator.model_registry import ModelRegistry
+from trainwire_coordinator.integrations.model_registry import ModelRegistry
 from trainwire_core.errors import NotFoundError
 from trainwire_core.storage import Store
 from trainwire_core.store_documents import RouteWeight, TrafficPolicy

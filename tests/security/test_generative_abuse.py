@@ -68,7 +68,7 @@ def server(tmp_path_factory, tracebacks) -> Iterator[Any]:
     """A predictor with small generation limits serving a tiny language model from its own store."""
     from trainwire.config import CheckpointConfig
     from trainwire.huggingface.checkpoint import HuggingFaceCheckpoint
-    from trainwire_coordinator.checkpoint_manager import CheckpointManager
+    from trainwire_coordinator.execution.checkpoint_manager import CheckpointManager
     from trainwire_core.storage import Store
     from trainwire_predictor.server import PredictorThread
     from trainwire_predictor.settings import PredictorSettings

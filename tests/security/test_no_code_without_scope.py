@@ -180,7 +180,7 @@ _UNPICKLING = sorted(name for name, fw in frameworks().items() if fw.unpickles a
 @given(framework=st.sampled_from(_UNPICKLING), wrap=st.sampled_from(["pickle", "torch", "raw"]))
 def test_the_predictor_unpickles_no_checkpoint_an_untrusted_caller_wrote(tmp_path_factory, framework, wrap):
     from trainwire.config import CheckpointConfig
-    from trainwire_coordinator.checkpoint_manager import CheckpointManager
+    from trainwire_coordinator.execution.checkpoint_manager import CheckpointManager
     from trainwire_core.storage import Store
     from trainwire_predictor.model_repository import ModelRepository
 

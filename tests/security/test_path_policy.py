@@ -7,7 +7,7 @@ import posixpath
 from hypothesis import given
 from hypothesis import strategies as st
 
-from trainwire_coordinator.code_policy import CodePolicy
+from trainwire_coordinator.admission.code_policy import CodePolicy
 from trainwire_core.errors import InvalidArgumentError
 from trainwire_core.storage import Store
 

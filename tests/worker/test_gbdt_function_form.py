@@ -257,8 +257,8 @@ def test_the_two_forms_do_not_mix():
 def test_each_form_sends_its_spec_and_gets_its_backend(framework):
     from trainwire.lightgbm import LightGBMTrainer
     from trainwire.xgboost import XGBoostTrainer
+    from trainwire_coordinator.admission.fit_checks import carried_code
     from trainwire_coordinator.backends import get_backend
-    from trainwire_coordinator.fit_checks import carried_code
 
     trainer_cls = XGBoostTrainer if framework == "xgboost" else LightGBMTrainer
     function_form = trainer_cls(xgboost_loop, train_loop_config={"rounds": 1}).build_request(None)

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from trainwire_coordinator.report_checks import ReportSecrets, check_report
+from trainwire_coordinator.admission.report_checks import ReportSecrets, check_report
 from trainwire_core.errors import InvalidArgumentError, PermissionDeniedError, UnauthenticatedError
 from trainwire_core.serving import REPORT_RUN_ID_METADATA, REPORT_SECRET_METADATA
 from trainwire_core.v1 import common_pb2, worker_reports_pb2, worker_reports_pb2_grpc

@@ -43,7 +43,7 @@ def test_trainer_resources_are_what_its_one_worker_reserves():
     """As Ray's SklearnTrainer: trainer_resources={"CPU": 2} reserves 2 CPUs, not 2 + a worker's 1."""
     from trainwire import ScalingConfig
     from trainwire_coordinator.backends import get_backend
-    from trainwire_coordinator.placement import bundles_for
+    from trainwire_coordinator.execution.placement import bundles_for
     from trainwire_core.v1 import coordinator_pb2
 
     scaling = coordinator_pb2.FitRequest(scaling_config=ScalingConfig(trainer_resources={"CPU": 2}).to_proto())

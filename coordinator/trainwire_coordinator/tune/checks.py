@@ -7,7 +7,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from trainwire_coordinator.fit_checks import FitChecks, carried_code
+from trainwire_coordinator.admission.fit_checks import FitChecks, carried_code
 from trainwire_coordinator.tune.schedulers import make_scheduler
 from trainwire_coordinator.tune.searchers import (
     SEARCHER_FIELD,

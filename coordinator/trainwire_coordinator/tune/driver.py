@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 from google.protobuf import timestamp_pb2
 
-from trainwire_coordinator.fit_checks import cluster_view
-from trainwire_coordinator.run_state import TERMINAL, stop_reached
+from trainwire_coordinator.admission.fit_checks import cluster_view
+from trainwire_coordinator.execution.run_state import TERMINAL, stop_reached
 from trainwire_coordinator.tune.checks import Plan
 from trainwire_coordinator.tune.pbt import RemoteExplorer
 from trainwire_coordinator.tune.schedulers import SCHEDULER_FIELD, FIFOScheduler, Stop

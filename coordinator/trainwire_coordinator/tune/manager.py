@@ -12,9 +12,9 @@ import random
 import uuid
 from collections.abc import AsyncIterator
 
+from trainwire_coordinator.execution.run_state import TERMINAL
 from trainwire_coordinator.metadata import MetadataStore
 from trainwire_coordinator.run_manager import RunManager
-from trainwire_coordinator.run_state import TERMINAL
 from trainwire_coordinator.tune.checks import check_access, check_first_trial, make_plan
 from trainwire_coordinator.tune.driver import TUNE_ACTIVE, TuneDriver, now
 from trainwire_core.auth import current_caller

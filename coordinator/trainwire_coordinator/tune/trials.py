@@ -10,7 +10,7 @@ import cloudpickle
 import ray
 
 from trainwire_coordinator.backends import get_backend
-from trainwire_coordinator.placement import bundles_for
+from trainwire_coordinator.execution.placement import bundles_for
 from trainwire_coordinator.tune.space import Param
 from trainwire_core.errors import InvalidArgumentError
 from trainwire_core.structs import merge_dicts, struct_to_dict, to_struct

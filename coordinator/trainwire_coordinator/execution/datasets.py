@@ -1,0 +1,354 @@
+"""Dataset uploads (content-addressed) and resolving dataset references."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from typing import Any, TypeVar
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.dataset as pads
+import pyarrow.fs as pafs
+import pyarrow.ipc as ipc
+import pyarrow.parquet as pq
+
+from trainwire.data_config import datasets_to_split
+from trainwire_coordinator.admission.uploads import SHA256 as _SHA256
+from trainwire_coordinator.admission.uploads import read_hashed_upload
+from trainwire_core.dataset_schema import DatasetSchema
+from trainwire_core.datasets import ShardSpec, guess_format, open_dataset
+from trainwire_core.errors import InvalidArgumentError, NotFoundError
+from trainwire_core.storage import Store, resolve
+from trainwire_core.v1 import coordinator_pb2
+
+T = TypeVar("T")
+
+DATA_FILE = "data.parquet"
+META_FILE = "meta.json"
+
+
+class DatasetService:
+    """Stores uploaded Arrow data as parquet under ``datasets/<sha256>/``.
+
+    Args:
+        store: The shared store.
+        max_upload_bytes: Largest upload accepted.
+    """
+
+    def __init__(self, store: Store, max_upload_bytes: int = 8 << 30) -> None:
+        self.store = store
+        self.max_upload_bytes = max_upload_bytes
+
+    def _info(self, sha256: str) -> coordinator_pb2.DatasetInfo:
+        meta = self.store.read_json(f"{self.store.dataset_dir(sha256)}/{META_FILE}")
+        return coordinator_pb2.DatasetInfo(
+            sha256=sha256,
+            ref=coordinator_pb2.DatasetRef(uri=f"datasets/{sha256}", format="parquet"),
+            num_rows=meta["num_rows"],
+            columns=meta["columns"],
+            size_bytes=meta["size_bytes"],
+        )
+
+    def get(self, sha256: str) -> coordinator_pb2.DatasetInfo:
+        if not _SHA256.match(sha256):
+            raise InvalidArgumentError("sha256 must be 64 lowercase hex digits", field="sha256")
+        if not self.store.exists(f"{self.store.dataset_dir(sha256)}/{META_FILE}"):
+            raise NotFoundError(f"no dataset with sha256 {sha256}")
+        return self._info(sha256)
+
+    async def upload(
+        self, requests: AsyncIterator[coordinator_pb2.UploadDatasetRequest]
+    ) -> coordinator_pb2.DatasetInfo:
+        """Receives header + chunks; stores nothing unless size and hash match."""
+        header, data = await read_hashed_upload(requests, self.max_upload_bytes)
+        if self.store.exists(f"{self.store.dataset_dir(header.sha256)}/{META_FILE}"):
+            return self._info(header.sha256)  # content-addressed: stored once
+        try:
+            table = ipc.open_stream(pa.BufferReader(data)).read_all()
+        except (pa.ArrowException, OSError, ValueError) as exc:  # pyarrow raises OSError for a bad stream
+            raise InvalidArgumentError(f"upload is not an Arrow IPC stream: {exc}", field="chunk") from exc
+        directory = self.store.dataset_dir(header.sha256)
+        sink = io.BytesIO()
+        pq.write_table(table, sink)
+        self.store.write_bytes(f"{directory}/{DATA_FILE}", sink.getvalue())
+        # meta.json last: its presence means the dataset is complete.
+        self.store.write_json(
+            f"{directory}/{META_FILE}",
+            {"num_rows": table.num_rows, "columns": table.column_names, "size_bytes": header.size_bytes},
+        )
+        return self._info(header.sha256)
+
+    def resolve(self, name: str, ref: coordinator_pb2.DatasetRef) -> DatasetSchema:
+        """The full URI, format and columns behind a dataset reference."""
+        field = f"datasets[{name}].uri"
+        if not ref.uri:
+            raise InvalidArgumentError(f"dataset {name!r} has no uri", field=field)
+        if ref.uri.startswith("datasets/"):
+            sha = ref.uri.split("/", 1)[1].strip("/")
+            if not _SHA256.match(sha) or not self.store.exists(f"{self.store.dataset_dir(sha)}/{META_FILE}"):
+                raise InvalidArgumentError(f"dataset {name!r}: no uploaded dataset {ref.uri!r}", field=field)
+            info = self._info(sha)
+            uri = self.store.uri_of(f"{self.store.dataset_dir(sha)}/{DATA_FILE}")
+            return DatasetSchema(uri=uri, format="parquet", columns=tuple(info.columns))
+        fmt = guess_format(ref.uri, ref.format)
+        if fmt not in ("parquet", "csv"):
+            raise InvalidArgumentError(
+                f"dataset format must be parquet or csv, got {fmt!r}", field=f"datasets[{name}].format"
+            )
+        try:
+            fs, path = resolve(ref.uri)
+            root = not path.strip("/") if isinstance(fs, pafs.LocalFileSystem) else "/" not in path.strip("/")
+            if root:
+                # Reading a dataset lists its directory tree: "/" or a whole bucket would take the coordinator.
+                raise InvalidArgumentError(f"dataset {name!r}: {ref.uri!r} is a filesystem or bucket root", field=field)
+            schema = open_dataset(ref.uri, fmt).schema
+        except InvalidArgumentError as exc:
+            raise InvalidArgumentError(exc.message, field=field) from exc
+        except (OSError, pa.ArrowException, ValueError) as exc:
+            raise InvalidArgumentError(f"dataset {name!r}: cannot read {ref.uri!r}: {exc}", field=field) from exc
+        return DatasetSchema(uri=ref.uri, format=fmt, columns=tuple(schema.names))
+
+
+def split_beside_reservation(
+    ds: DatasetSchema,
+    world_size: int,
+    preprocessor: Any,
+    placement_group: Any,
+    split: bool = True,
+    materialize_below_bytes: int = 0,
+) -> list[Any]:
+    """Each worker's view of a dataset, read and transformed by tasks that fit beside the run's reservation.
+
+    Split: one Ray Data iterator per worker over its share of the rows. Not split: the whole
+    dataset for every worker (each reads all of it), as Ray Train gives datasets it does not split.
+
+    The run's placement group may hold every CPU of the cluster (``num_workers=os.cpu_count()``), and
+    Ray Data's tasks ask for a CPU each by default: they would wait for ever while the workers wait for
+    their rows. As the workers block on their iterators while those tasks run, the tasks borrow the
+    workers' reserved CPUs: they ask for none, run only on the nodes of the run's placement group
+    (a label selector on every task of the dataset) and at most ``world_size`` run at once.
+
+    A dataset whose files take at most ``materialize_below_bytes`` is read (and transformed) once,
+    here, and its blocks kept in Ray's object store: every epoch then iterates blocks in memory, where
+    a streaming split would read and transform the files again each epoch.
+    """
+    import copy
+
+    import ray.data
+    from ray.util import placement_group_table
+
+    data = ray.data.read_datasource(
+        files_datasource(ds.uri, ds.format), num_cpus=0, compute=ray.data.TaskPoolStrategy(size=world_size)
+    )
+    if preprocessor is not None:
+        data = preprocessor.transform(data, num_cpus=0, concurrency=world_size)
+    nodes = sorted(set(placement_group_table(placement_group)["bundles_to_node_id"].values()))
+    if nodes:  # a ready placement group has them all
+        data = data.copy(data)  # its own DataContext, as Ray Train's DataConfig does
+        options = copy.deepcopy(data.context.execution_options)
+        options.label_selector = {**(options.label_selector or {}), "ray.io/node-id": f"in({','.join(nodes)})"}
+        data.context.execution_options = options
+    if materialize_below_bytes and files_size(ds.uri, ds.format) <= materialize_below_bytes:
+        data = data.materialize()
+        # Each rank iterates its own blocks locally (as Ray 2.4's split did): no per-epoch coordination.
+        return split_materialized(data, world_size) if split else [data] * world_size
+    return data.streaming_split(world_size, equal=True) if split else [data] * world_size
+
+
+def split_materialized(data: Any, world_size: int) -> list[Any]:
+    """``data.split(world_size, equal=True)`` with no task that asks for a CPU.
+
+    Ray Data's own split runs a task per block it cuts, each asking for a CPU: with the run's
+    placement group holding every CPU it would wait for ever. The blocks are small (the dataset
+    is below the materialising threshold), so they are cut here, and each rank's rows become a
+    dataset of their own through a read task that asks for none.
+    """
+    import ray
+    import ray.data
+    from ray.data.block import BlockAccessor
+
+    blocks = [
+        BlockAccessor.for_block(ray.get(ref)).to_arrow()
+        for bundle in data.iter_internal_ref_bundles()
+        for ref in bundle.block_refs
+    ]
+    table = pa.concat_tables(blocks, promote_options="default") if blocks else pa.table({})
+    per_rank = table.num_rows // world_size  # equal shares; the remainder is dropped, as Ray's equal split does
+    return [
+        ray.data.read_datasource(
+            table_datasource(table.slice(rank * per_rank, per_rank)), num_cpus=0, override_num_blocks=1
+        ).materialize()
+        for rank in range(world_size)
+    ]
+
+
+class RunDatasets:
+    """A run's datasets as its workers get them: the preprocessor fitted once, and each rank's shards.
+
+    Args:
+        request: The run's request (its preprocessor).
+        datasets: Resolved datasets by name.
+        checkpoints: The run's checkpoint manager; it keeps the fitted preprocessor for every checkpoint.
+        materialize_below_bytes: Datasets whose files take at most this are read once per attempt.
+    """
+
+    def __init__(
+        self,
+        request: coordinator_pb2.FitRequest,
+        datasets: dict[str, DatasetSchema],
+        checkpoints: Any,
+        materialize_below_bytes: int = 0,
+    ) -> None:
+        self.request = request
+        self.datasets = datasets
+        self.checkpoints = checkpoints
+        self.materialize_below_bytes = materialize_below_bytes
+        self._preprocessor: Any = None
+
+    def preprocessor_unfitted(self) -> bool:
+        return self._preprocessor is None and bool(
+            self.request.pickled_preprocessor or self.request.HasField("preprocessor")
+        )
+
+    def fit_preprocessor(self) -> Any:
+        """Fits the run's preprocessor on the train dataset once per run (as Ray Train's driver does); blocks."""
+        if self.preprocessor_unfitted():
+            import cloudpickle
+            import ray.data
+
+            from trainwire_coordinator.execution.preprocessors import build_preprocessor
+
+            if self.request.pickled_preprocessor:
+                preprocessor = cloudpickle.loads(self.request.pickled_preprocessor)
+            else:
+                preprocessor = build_preprocessor(self.request.preprocessor)
+            if preprocessor.fit_status().name in ("NOT_FITTED", "PARTIALLY_FITTED"):
+                train = self.datasets["train"]
+                preprocessor.fit((ray.data.read_csv if train.format == "csv" else ray.data.read_parquet)(train.uri))
+            self._preprocessor = preprocessor
+            self.checkpoints.preprocessor_bytes = cloudpickle.dumps(preprocessor)
+        return self._preprocessor
+
+    def shards(self, world_size: int, reservation: Any, uses_ray_data: bool) -> list[dict[str, Any]]:
+        """Each rank's shard of every dataset: Ray Data iterators, or ``ShardSpec``s a worker reads; blocks.
+
+        Ray Data datasets are split across the ranks as the request's ``DataConfig`` says (``train``
+        only by default); declarative trainers shard every dataset (their evaluation is allreduced).
+        """
+        preprocessor = self.fit_preprocessor()
+        split = datasets_to_split(self.request.data_parallel, list(self.datasets))
+        shards: list[dict[str, Any]] = [{} for _ in range(world_size)]
+        for name, ds in self.datasets.items():
+            if uses_ray_data:
+                iterators = split_beside_reservation(
+                    ds, world_size, preprocessor, reservation, name in split, self.materialize_below_bytes
+                )
+                for rank in range(world_size):
+                    shards[rank][name] = iterators[rank]
+            else:
+                for rank in range(world_size):
+                    shards[rank][name] = ShardSpec(
+                        ds.uri, ds.format, rank, world_size, self.checkpoints.preprocessor_bytes
+                    )
+        return shards
+
+
+async def report_if_slow(
+    work: Awaitable[T], after_s: float, report: Callable[[], Awaitable[Any]], interrupt: asyncio.Event | None = None
+) -> T | None:
+    """Awaits ``work``; calls ``report`` once if it takes longer than ``after_s`` (a run never waits silently).
+
+    Returns None at once when ``interrupt`` is set first (a cancelled run does not wait for the work,
+    which carries on alone; a thread cannot be stopped).
+    """
+    task = asyncio.ensure_future(work)
+    done, _ = await asyncio.wait([task], timeout=after_s)
+    if not done:
+        await report()
+    if interrupt is None:
+        return await task
+    interrupted = asyncio.ensure_future(interrupt.wait())
+    try:
+        await asyncio.wait([task, interrupted], return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        interrupted.cancel()
+    return task.result() if task.done() else None
+
+
+def _read_files(uri: str, fmt: str, files: list[str]) -> Iterator[pa.Table]:
+    """The files' rows as blocks of at most 128Ki rows, so a large file does not become one huge block."""
+    fs, _ = resolve(uri)
+    dataset = pads.dataset(files, filesystem=fs, format=fmt)
+    empty = True
+    for batch in dataset.to_batches(batch_size=1 << 17):
+        if batch.num_rows:
+            empty = False
+            yield pa.Table.from_batches([batch])
+    if empty:
+        yield dataset.schema.empty_table()
+
+
+def files_size(uri: str, fmt: str = "") -> int:
+    """The bytes the dataset's files take in the store."""
+    dataset = open_dataset(uri, guess_format(uri, fmt))
+    return sum(info.size or 0 for info in dataset.filesystem.get_file_info(list(dataset.files)))
+
+
+def table_datasource(table: pa.Table) -> Any:
+    """A Ray Data datasource of one in-memory table: one read task, which takes the resources its read is given."""
+    from ray.data.block import BlockMetadata
+    from ray.data.datasource import Datasource, ReadTask
+
+    class TableDatasource(Datasource):
+        def estimate_inmemory_data_size(self) -> int | None:
+            return table.nbytes
+
+        def get_read_tasks(self, parallelism: int, per_task_row_limit: int | None = None, data_context: Any = None):
+            meta = BlockMetadata(num_rows=table.num_rows, size_bytes=table.nbytes, exec_stats=None, input_files=None)
+            return [ReadTask(lambda: [table], meta, schema=table.schema, per_task_row_limit=per_task_row_limit)]
+
+        def get_name(self) -> str:
+            return "TrainwireShard"
+
+    return TableDatasource()
+
+
+def files_datasource(uri: str, fmt: str = "") -> Any:
+    """A Ray Data datasource of the parquet or CSV files at ``uri``: one read task per group of files.
+
+    Unlike ``ray.data.read_parquet`` it starts no listing or sampling task of its own (those ask for
+    a CPU each, whatever the caller passes), so every task of a read takes the resources given to
+    ``ray.data.read_datasource`` and can run beside a placement group that holds every CPU.
+    """
+    from ray.data.block import BlockMetadata
+    from ray.data.datasource import Datasource, ReadTask
+
+    fmt = guess_format(uri, fmt)
+    dataset = open_dataset(uri, fmt)
+    files, schema = list(dataset.files), dataset.schema
+
+    class FilesDatasource(Datasource):
+        def estimate_inmemory_data_size(self) -> int | None:
+            return None
+
+        def get_read_tasks(self, parallelism: int, per_task_row_limit: int | None = None, data_context: Any = None):
+            groups = [
+                list(g) for g in np.array_split(np.array(files, dtype=object), max(1, min(parallelism, len(files))))
+            ]
+            return [
+                ReadTask(
+                    lambda group=group: _read_files(uri, fmt, group),
+                    BlockMetadata(num_rows=None, size_bytes=None, exec_stats=None, input_files=tuple(group)),
+                    schema=schema,
+                    per_task_row_limit=per_task_row_limit,
+                )
+                for group in groups
+                if group
+            ]
+
+        def get_name(self) -> str:
+            return "TrainwireFiles"
+
+    return FilesDatasource()

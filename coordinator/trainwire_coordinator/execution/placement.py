@@ -1,0 +1,195 @@
+"""Placement, owned by the coordinator: a run's bundles and its group of worker actors in one placement group."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from trainwire_coordinator.execution.run_state import ScalingPolicy
+from trainwire_core.v1 import common_pb2
+from trainwire_core.worker_runtime import WorkerRun, worker_actor_class
+
+
+@dataclass
+class WorkerMeta:
+    """Where a rank runs."""
+
+    world_rank: int
+    local_rank: int
+    local_world_size: int
+    node_rank: int
+    node_id: str
+    node_ip: str
+    pid: int
+
+
+def _worker_resources(scaling: common_pb2.ScalingConfig) -> dict[str, float]:
+    per_worker = {k: v for k, v in scaling.resources_per_worker.items() if v > 0} or {"CPU": 1.0}
+    if scaling.use_gpu:
+        per_worker.setdefault("GPU", 1.0)
+    return per_worker
+
+
+def scaling_policy(scaling: common_pb2.ScalingConfig) -> ScalingPolicy:
+    """Fixed at ``num_workers``, or elastic from ``min_workers`` up to it."""
+    return ScalingPolicy(scaling.min_workers or scaling.num_workers, scaling.num_workers, _worker_resources(scaling))
+
+
+def bundles_for(scaling: common_pb2.ScalingConfig, num_workers: int | None = None) -> list[dict[str, float]]:
+    """One bundle per worker (``num_workers``, else the run's smallest group); trainer resources ride on the first."""
+    per_worker = _worker_resources(scaling)
+    count = num_workers or scaling.min_workers or scaling.num_workers
+    bundles = [dict(per_worker) for _ in range(count)]
+    for key, value in scaling.trainer_resources.items():
+        if value > 0:
+            bundles[0][key] = bundles[0].get(key, 0) + value
+    return bundles
+
+
+def _actor_options(resources: dict[str, float]) -> dict[str, Any]:
+    extra = {k: v for k, v in resources.items() if k not in ("CPU", "GPU", "memory")}
+    opts: dict[str, Any] = {"num_cpus": resources.get("CPU", 0), "num_gpus": resources.get("GPU", 0)}
+    if extra:
+        opts["resources"] = extra
+    if "memory" in resources:
+        opts["memory"] = resources["memory"]
+    return opts
+
+
+@functools.cache
+def _remote_worker_class() -> Any:
+    import ray
+
+    return ray.remote(worker_actor_class())
+
+
+class WorkerGroup:
+    """The actors of one attempt of a run, ranked by node like Ray Train's.
+
+    Create with ``await WorkerGroup.start(...)``.
+    """
+
+    def __init__(self, actors: list[Any], metas: list[WorkerMeta]) -> None:
+        self.actors = actors
+        self.metas = metas
+
+    @classmethod
+    async def start(
+        cls,
+        pg: Any,
+        num_workers: int,
+        resources: dict[str, float],
+        env: dict[str, str] | None = None,
+        capture_child_tasks: bool = False,
+    ) -> WorkerGroup:
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        # Captured only when the run reserved side bundles for them: otherwise a loop's own
+        # Ray tasks (Ray Data's) would wait for room in bundles the workers fill.
+        actors = [
+            _remote_worker_class()
+            .options(
+                **_actor_options(resources),
+                scheduling_strategy=PlacementGroupSchedulingStrategy(
+                    pg, placement_group_bundle_index=i, placement_group_capture_child_tasks=capture_child_tasks
+                ),
+                runtime_env={"env_vars": env} if env else None,
+                max_concurrency=2,
+            )
+            .remote()
+            for i in range(num_workers)
+        ]
+        infos = await asyncio.gather(*[a.node_info.remote() for a in actors])
+        # Ranks go node by node, so local ranks are contiguous (as in Ray Train).
+        node_order: list[str] = []
+        for node_id, _, _ in infos:
+            if node_id not in node_order:
+                node_order.append(node_id)
+        order = sorted(range(num_workers), key=lambda i: (node_order.index(infos[i][0]), i))
+        actors = [actors[i] for i in order]
+        infos = [infos[i] for i in order]
+        metas = []
+        for rank, (node_id, ip, pid) in enumerate(infos):
+            same_node = [i for i, info in enumerate(infos) if info[0] == node_id]
+            metas.append(
+                WorkerMeta(
+                    world_rank=rank,
+                    local_rank=same_node.index(rank),
+                    local_world_size=len(same_node),
+                    node_rank=node_order.index(node_id),
+                    node_id=node_id,
+                    node_ip=ip,
+                    pid=pid,
+                )
+            )
+        return cls(actors, metas)
+
+    def __len__(self) -> int:
+        return len(self.actors)
+
+    async def execute(self, fn: Callable[..., Any], *args: Any) -> list[Any]:
+        """Runs ``fn(worker, *args)`` on every worker at once; returns results by rank."""
+        return await asyncio.gather(*[a.execute.remote(fn, *args) for a in self.actors])
+
+    async def execute_single(self, rank: int, fn: Callable[..., Any], *args: Any) -> Any:
+        return await self.actors[rank].execute.remote(fn, *args)
+
+    async def execute_each(self, fn: Callable[..., Any], args_by_rank: list[tuple[Any, ...]]) -> list[Any]:
+        """Runs ``fn(worker, *args_by_rank[rank])`` on every worker at once."""
+        return await asyncio.gather(*[a.execute.remote(fn, *args) for a, args in zip(self.actors, args_by_rank)])
+
+    async def check_framework(self, framework: str) -> None:
+        """Fails, with the install hint, when a worker's host lacks the framework's package."""
+        await asyncio.gather(*[a.check_framework.remote(framework) for a in self.actors])
+
+    def run(self, specs: list[WorkerRun]) -> list[Any]:
+        """Starts the training function on every rank (``specs`` by rank); returns their object refs."""
+        return [actor.run.remote(spec) for actor, spec in zip(self.actors, specs)]
+
+    def shutdown(self, graceful: bool = False) -> None:
+        """Ends the actors: politely after success, at once after a failure or cancel."""
+        import ray
+
+        for actor in self.actors:
+            if graceful:
+                actor.__ray_terminate__.remote()
+            else:
+                ray.kill(actor, no_restart=True)
+        self.actors = []
+
+
+class RayPlacement:
+    """Where the controller's groups come from: Ray placement groups and worker actors.
+
+    The controller calls these few methods only, so its tests place fake groups.
+    """
+
+    def available(self) -> dict[str, float]:
+        """What the cluster reports available now."""
+        import ray
+
+        return ray.available_resources()
+
+    def reserve(self, bundles: list[dict[str, float]], strategy: str) -> Any:
+        """A placement group of ``bundles`` (its ``ready()`` resolves once Ray placed it)."""
+        from ray.util.placement_group import placement_group
+
+        return placement_group(bundles, strategy=strategy)
+
+    def release(self, reservation: Any) -> None:
+        from ray.util.placement_group import remove_placement_group
+
+        remove_placement_group(reservation)
+
+    async def start_group(
+        self,
+        reservation: Any,
+        num_workers: int,
+        resources: dict[str, float],
+        env: dict[str, str],
+        capture_child_tasks: bool = False,
+    ) -> WorkerGroup:
+        return await WorkerGroup.start(reservation, num_workers, resources, env, capture_child_tasks)
