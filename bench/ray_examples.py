@@ -353,8 +353,17 @@ def parse_table(text: str) -> dict[str, dict[str, Outcome]]:
 
 
 def pick_sample(scripts: list[Script], table: dict[str, dict[str, Outcome]], n: int, budget_s: float) -> list[Script]:
-    """The ``n`` fastest scripts that passed under Ray, within a time budget (deterministic)."""
-    passing = [s for s in scripts if s.name in table and table[s.name]["ray"].result == "pass"]
+    """The ``n`` fastest scripts that passed under Ray, within a time budget (deterministic).
+
+    Scripts that timed out under trainwire are left out (their outcome depends on the load).
+    """
+    # A timeout under trainwire says how loaded the machine was as much as anything: such a script
+    # would pass or fail by the machine's load, so it is left out of a sample that must be stable.
+    passing = [
+        s
+        for s in scripts
+        if s.name in table and table[s.name]["ray"].result == "pass" and table[s.name]["trainwire"].result != "timeout"
+    ]
     passing.sort(key=lambda s: (table[s.name]["ray"].seconds, s.name))
     chosen: list[Script] = []
     spent = 0.0
