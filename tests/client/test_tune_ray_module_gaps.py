@@ -54,6 +54,10 @@ def test_utils_match_rays():
     nested = {"a": {"b": 1, "c": {"d": [1, 2]}}, "x": 2}
     assert utils.flatten_dict(nested) == ray_utils.flatten_dict(nested)
     assert utils.flatten_dict(nested, delimiter=".") == ray_utils.flatten_dict(nested, delimiter=".")
+    assert utils.flatten_dict(nested, flatten_list=True) == ray_utils.flatten_dict(nested, flatten_list=True)
+    replace = {"a": {"c": {"e": 3}}}
+    ours = utils.deep_update(utils.merge_dicts(nested, {}), replace, True, override_all_key_list=["c"])
+    assert ours == ray_utils.deep_update(ray_utils.merge_dicts(nested, {}), replace, True, override_all_key_list=["c"])
     update = {"a": {"c": {"e": 3}}, "y": 1}
     assert utils.merge_dicts(nested, update) == ray_utils.merge_dicts(nested, update)
     assert utils.unflattened_lookup("a/c/d/1", nested) == 2

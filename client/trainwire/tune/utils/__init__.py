@@ -14,19 +14,31 @@ def date_str() -> str:
     return time.strftime("%Y-%m-%d_%H-%M-%S")
 
 
-def flatten_dict(dt: dict, delimiter: str = "/", prevent_delimiter: bool = False) -> dict:
-    """Nested dicts as one level, keys joined with ``delimiter`` (as Ray's)."""
+def flatten_dict(dt: dict, delimiter: str = "/", prevent_delimiter: bool = False, flatten_list: bool = False) -> dict:
+    """Nested dicts (and lists, with ``flatten_list``) as one level, keys joined with ``delimiter`` (as Ray's)."""
+
+    def refuse() -> None:
+        raise ValueError(
+            f"Found delimiter `{delimiter}` in key when trying to flatten array. "
+            "Please avoid using the delimiter in your specification."
+        )
+
     dt = copy.copy(dt)
     if prevent_delimiter and any(delimiter in str(key) for key in dt):
-        raise ValueError(f"Found delimiter `{delimiter}` in key when trying to flatten array.")
-    while any(isinstance(v, dict) for v in dt.values()):
+        refuse()
+    nested = (dict, list) if flatten_list else dict
+    while any(isinstance(v, nested) for v in dt.values()):
         remove, add = [], {}
         for key, value in dt.items():
             if isinstance(value, dict):
                 for subkey, v in value.items():
                     if prevent_delimiter and delimiter in str(subkey):
-                        raise ValueError(f"Found delimiter `{delimiter}` in key when trying to flatten array.")
+                        refuse()
                     add[delimiter.join([str(key), str(subkey)])] = v
+                remove.append(key)
+            elif flatten_list and isinstance(value, list):
+                for i, v in enumerate(value):
+                    add[delimiter.join([str(key), str(i)])] = v
                 remove.append(key)
         dt.update(add)
         for k in remove:
@@ -60,14 +72,25 @@ def deep_update(
     new_keys_allowed: bool = False,
     allow_new_subkey_list: list[str] | None = None,
     override_all_if_type_changes: list[str] | None = None,
+    override_all_key_list: list[str] | None = None,
 ) -> dict:
-    """Update ``original`` with ``new_dict`` in place, nested dicts merged (Ray's rules for new keys)."""
+    """Update ``original`` with ``new_dict`` in place, nested dicts merged (Ray's rules for new keys).
+
+    Args:
+        original: The dict updated.
+        new_dict: The values to set.
+        new_keys_allowed: Whether keys ``original`` lacks may be added.
+        allow_new_subkey_list: Top-level keys whose dicts may gain keys.
+        override_all_if_type_changes: Top-level keys whose dict is replaced when its "type" changes.
+        override_all_key_list: Keys whose value is replaced whole.
+    """
     allow_new_subkey_list = allow_new_subkey_list or []
     override_all_if_type_changes = override_all_if_type_changes or []
+    override_all_key_list = override_all_key_list or []
     for k, value in new_dict.items():
         if k not in original and not new_keys_allowed:
             raise Exception(f"Unknown config parameter `{k}` ")
-        if isinstance(original.get(k), dict) and isinstance(value, dict):
+        if isinstance(original.get(k), dict) and isinstance(value, dict) and k not in override_all_key_list:
             if (
                 k in override_all_if_type_changes
                 and "type" in value
@@ -75,10 +98,9 @@ def deep_update(
                 and value["type"] != original[k]["type"]
             ):
                 original[k] = value
-            elif k in allow_new_subkey_list:
-                deep_update(original[k], value, True)
             else:
-                deep_update(original[k], value, new_keys_allowed)
+                allowed = True if k in allow_new_subkey_list else new_keys_allowed
+                deep_update(original[k], value, allowed, override_all_key_list=override_all_key_list)
         else:
             original[k] = value
     return original
