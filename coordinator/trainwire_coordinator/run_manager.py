@@ -16,6 +16,7 @@ from trainwire.checkpoint import Checkpoint
 from trainwire.config import CheckpointConfig, FailureConfig, RunConfig
 from trainwire_coordinator.admission.checkpoint_uploads import receive_checkpoint
 from trainwire_coordinator.admission.code_policy import CodePolicy
+from trainwire_coordinator.admission.datasets import DatasetService
 from trainwire_coordinator.admission.fit_checks import FitChecks
 from trainwire_coordinator.admission.report_checks import ReportSecrets, check_report
 from trainwire_coordinator.admission.runtime_envs import PackageService
@@ -23,7 +24,6 @@ from trainwire_coordinator.backends import get_backend
 from trainwire_coordinator.events import EventLog
 from trainwire_coordinator.execution.checkpoint_manager import CheckpointManager
 from trainwire_coordinator.execution.controller import ControllerDeps, RunController
-from trainwire_coordinator.execution.datasets import DatasetService
 from trainwire_coordinator.execution.failure_policy import FailurePolicy
 from trainwire_coordinator.execution.run_state import ACTIVE, TERMINAL
 from trainwire_coordinator.execution.worker_pool import WorkerPool

@@ -18,8 +18,8 @@ import grpc
 import ray
 
 from trainwire_coordinator.admission.code_policy import CodePolicy
+from trainwire_coordinator.admission.datasets import DatasetService
 from trainwire_coordinator.admission.runtime_envs import PackageService
-from trainwire_coordinator.execution.datasets import DatasetService
 from trainwire_coordinator.integrations.mlflow_tracker import MlflowTracker
 from trainwire_coordinator.integrations.model_registry import ModelRegistry, ModelRegistryServicer
 from trainwire_coordinator.metadata import open_metadata_store

@@ -17,9 +17,9 @@ import ray
 from trainwire.checkpoint import Checkpoint
 from trainwire.config import RunConfig, ScalingConfig, check_structs
 from trainwire_coordinator.admission.code_policy import CodePolicy
+from trainwire_coordinator.admission.datasets import DatasetService
 from trainwire_coordinator.admission.runtime_envs import PackageService, check_runtime_env
 from trainwire_coordinator.backends import get_backend
-from trainwire_coordinator.execution.datasets import DatasetService
 from trainwire_coordinator.execution.placement import bundles_for
 from trainwire_coordinator.execution.preprocessors import build_preprocessor
 from trainwire_core.auth import SUBMIT_CODE, Caller, current_caller
