@@ -165,6 +165,33 @@ def is_installed_path(path: str) -> bool:
     return any(path.startswith(os.path.join(r, "")) for r in roots) or "site-packages" in Path(path).parts
 
 
+def is_installed_module(module_name: str) -> bool:
+    """True for modules of the standard library or site-packages (importable on workers)."""
+    module = sys.modules.get(module_name)
+    path = getattr(module, "__file__", None) or ""
+    return module is None or not path or is_installed_path(path)
+
+
+def pickle_by_value(obj: Any, module_names: Iterable[str | None] = ()) -> bytes:
+    """cloudpickle, shipping the code of the caller's own modules (workers and the coordinator cannot import them).
+
+    Args:
+        obj: What to pickle.
+        module_names: The modules whose code ``obj`` carries; default: ``obj``'s own module.
+    """
+    import cloudpickle
+
+    names = set(module_names) or {getattr(obj, "__module__", None) or type(obj).__module__}
+    own = [sys.modules[n] for n in names if n and n in sys.modules and n != "__main__" and not is_installed_module(n)]
+    for module in own:
+        cloudpickle.register_pickle_by_value(module)
+    try:
+        return cloudpickle.dumps(obj)
+    finally:
+        for module in own:
+            cloudpickle.unregister_pickle_by_value(module)
+
+
 def _module_path(name: str) -> str | None:
     """The package directory or file of a top-level module, when it is the caller's own code."""
     top = name.split(".")[0]

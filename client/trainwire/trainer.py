@@ -31,26 +31,6 @@ from trainwire_core.v1 import common_pb2, coordinator_pb2
 DatasetLike = pd.DataFrame | pa.Table | str
 
 
-def _installed(module_name: str) -> bool:
-    """True for modules of the standard library or site-packages (importable on workers)."""
-    module = sys.modules.get(module_name)
-    path = getattr(module, "__file__", None) or ""
-    return module is None or not path or runtime_env.is_installed_path(path)
-
-
-def pickle_by_value(obj: Any) -> bytes:
-    """cloudpickle, shipping the code of the caller's own modules (workers cannot import them)."""
-    module_name = getattr(obj, "__module__", None) or type(obj).__module__
-    module = sys.modules.get(module_name)
-    if module is None or module_name == "__main__" or _installed(module_name):
-        return cloudpickle.dumps(obj)
-    cloudpickle.register_pickle_by_value(module)
-    try:
-        return cloudpickle.dumps(obj)
-    finally:
-        cloudpickle.unregister_pickle_by_value(module)
-
-
 class WorkerOutput:
     """Prints the workers' lines while a run goes on (``log_to_driver``), from a thread of its own."""
 
@@ -156,7 +136,7 @@ class BaseTrainer:
         if self.resume_from_checkpoint is not None:
             request.resume_from_checkpoint = self._checkpoint_uri(client, self.resume_from_checkpoint)
         if self.preprocessor is not None:
-            request.pickled_preprocessor = pickle_by_value(self.preprocessor)
+            request.pickled_preprocessor = runtime_env.pickle_by_value(self.preprocessor)
         self._fill_spec(request)
         env = runtime_env.build(
             self.run_config.runtime_env if self.run_config.runtime_env is not None else session_settings["runtime_env"],
@@ -310,7 +290,7 @@ class DataParallelTrainer(BaseTrainer):
         if isinstance(self.train_loop_per_worker, str):
             spec.train_loop.entry_point = self.train_loop_per_worker
         else:
-            spec.train_loop.pickled_function = pickle_by_value(self._loop_for_workers())
+            spec.train_loop.pickled_function = runtime_env.pickle_by_value(self._loop_for_workers())
         if self.train_loop_config is not None:
             spec.pickled_train_loop_config = cloudpickle.dumps(self.train_loop_config)
         spec.backend_config.CopyFrom(to_struct(self.backend_config, "data_parallel.backend_config"))

@@ -18,8 +18,8 @@ from typing import Any
 
 from trainwire.huggingface.checkpoint import HuggingFaceCheckpoint
 from trainwire.huggingface.framework import FRAMEWORK
+from trainwire.runtime_env import pickle_by_value
 from trainwire.torch.trainer import TorchConfig, TorchTrainer
-from trainwire.trainer import pickle_by_value
 from trainwire_core.errors import InvalidArgumentError
 
 TRAIN_DATASET = "train"

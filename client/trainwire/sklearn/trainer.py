@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from trainwire.runtime_env import pickle_by_value
 from trainwire.sklearn.checkpoint import SklearnCheckpoint
 from trainwire.sklearn.framework import FRAMEWORK
-from trainwire.trainer import BaseTrainer, pickle_by_value
+from trainwire.trainer import BaseTrainer
 from trainwire_core.errors import InvalidArgumentError
 from trainwire_core.v1 import coordinator_pb2
 

@@ -15,7 +15,7 @@ import time
 import traceback
 import uuid
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import pandas as pd
@@ -38,7 +38,20 @@ from trainwire_core.errors import InvalidArgumentError, TrainingFailedError
 from trainwire_core.structs import flatten_metrics
 
 if TYPE_CHECKING:
-    from trainwire.trainer import DataParallelTrainer
+    from trainwire.config import RunConfig
+
+
+class LocalTrainer(Protocol):
+    """What local mode runs of a trainer (a DataParallelTrainer with ``num_workers=0``)."""
+
+    train_loop_per_worker: Any
+    train_loop_config: dict[str, Any] | None
+    run_config: RunConfig
+    datasets: dict[str, Any]
+    resume_from_checkpoint: Checkpoint | None
+
+    def _callbacks(self) -> list[Any]: ...
+
 
 DEFAULT_STORAGE = "~/trainwire_results"
 
@@ -325,7 +338,7 @@ class LocalDataShard:
         return next(self.iter_batches(batch_size=batch_size, batch_format=batch_format))
 
 
-def _ranked(session: LocalSession, trainer: DataParallelTrainer) -> list[ReportedCheckpoint]:
+def _ranked(session: LocalSession, trainer: LocalTrainer) -> list[ReportedCheckpoint]:
     config = trainer.run_config.checkpoint_config
     attr = config.checkpoint_score_attribute
     order = list(enumerate(session.checkpoints))
@@ -341,7 +354,7 @@ def _ranked(session: LocalSession, trainer: DataParallelTrainer) -> list[Reporte
     return [c for _, c in sorted(order, key=score, reverse=True)]
 
 
-def run_local(trainer: DataParallelTrainer) -> Result:
+def run_local(trainer: LocalTrainer) -> Result:
     """Runs ``trainer``'s loop here and returns its Result (raises TrainingFailedError as fit() does)."""
     loop = trainer.train_loop_per_worker
     if not callable(loop):

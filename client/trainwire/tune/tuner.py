@@ -10,13 +10,12 @@ import time
 import uuid
 from typing import Any
 
-import cloudpickle
-
 from trainwire.checkpoint import Checkpoint
 from trainwire.client import TERMINAL_STATES, CoordinatorClient
 from trainwire.config import RunConfig, ScalingConfig
+from trainwire.runtime_env import pickle_by_value
 from trainwire.session_client import get_client
-from trainwire.trainer import BaseTrainer, _installed
+from trainwire.trainer import BaseTrainer
 from trainwire.tune.callback import Callback, CallbackFeed
 from trainwire.tune.error import TuneError
 from trainwire.tune.progress import describe_changes
@@ -217,20 +216,10 @@ def _code_modules(stopper: Any) -> set[str]:
 
 def _pickle_stopper(stopper: Stopper) -> bytes:
     """cloudpickle, shipping the code of the caller's own modules (the cluster cannot import them)."""
-    own = [
-        sys.modules[name]
-        for name in _code_modules(stopper)
-        if name in sys.modules and name != "__main__" and not _installed(name)
-    ]
     try:
-        for module in own:
-            cloudpickle.register_pickle_by_value(module)
-        return cloudpickle.dumps(stopper)
+        return pickle_by_value(stopper, _code_modules(stopper))
     except Exception as exc:
         raise InvalidArgumentError(f"run_config.stop cannot be pickled: {exc}", field="run_config.stop") from exc
-    finally:
-        for module in own:
-            cloudpickle.unregister_pickle_by_value(module)
 
 
 class Tuner:

@@ -7,7 +7,7 @@ import copy
 import logging
 import math
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from google.protobuf import timestamp_pb2
 
@@ -36,7 +36,17 @@ from trainwire_core.structs import flatten_metrics, merge_dicts, metrics_to_stru
 from trainwire_core.v1 import common_pb2, coordinator_pb2, tune_pb2
 
 if TYPE_CHECKING:
-    from trainwire_coordinator.tune.manager import TuneManager
+    from trainwire_coordinator.run_manager import RunManager
+
+
+class SearchHost(Protocol):
+    """What a search's driver needs of the manager that holds it (the TuneManager)."""
+
+    runs: RunManager
+    by_run: dict[str, TuneDriver]  # trial run id -> its search's driver, for the event log's reports
+
+    async def save(self, tune: tune_pb2.TuneRun) -> None: ...
+
 
 # Searches have always logged under the manager's name: log filters on it keep working.
 logger = logging.getLogger("trainwire_coordinator.tune.manager")
@@ -56,7 +66,7 @@ def now() -> timestamp_pb2.Timestamp:
 class TuneDriver:
     """Runs one search: suggests trials, starts them as runs while they fit, acts on their reports."""
 
-    def __init__(self, manager: TuneManager, tune: tune_pb2.TuneRun, plan: Plan) -> None:
+    def __init__(self, manager: SearchHost, tune: tune_pb2.TuneRun, plan: Plan) -> None:
         self.manager, self.tune, self.plan = manager, tune, plan
         self.runs = manager.runs
         self.wake = asyncio.Event()

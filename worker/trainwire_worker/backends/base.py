@@ -8,15 +8,20 @@ from __future__ import annotations
 
 import json
 import os
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from trainwire.checkpoint import METADATA_NAME
 from trainwire_core.errors import require_installed
 from trainwire_core.frameworks import WORKER_BACKENDS_GROUP, registered_half
 from trainwire_core.v1 import coordinator_pb2
 
-if TYPE_CHECKING:
-    from trainwire_worker.actor import TrainWorker
+
+class TrainWorker(Protocol):
+    """What a backend's training function gets of the worker actor running it."""
+
+    # Per-process state a backend keeps between its set-up and its training function
+    # (process groups, the XGBoost tracker's arguments, LightGBM's network).
+    state: dict[str, Any]
 
 
 class WorkerBackend:

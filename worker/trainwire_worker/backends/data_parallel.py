@@ -15,7 +15,7 @@ from trainwire_core.v1 import coordinator_pb2
 from trainwire_worker.backends.base import WorkerBackend
 
 if TYPE_CHECKING:
-    from trainwire_worker.actor import TrainWorker
+    from trainwire_worker.backends.base import TrainWorker
 
 
 def load_entry_point(entry_point: str) -> Callable[..., Any]:

@@ -22,7 +22,7 @@ from trainwire_worker.backends.data_parallel import run_train_loop
 from trainwire_worker.backends.gbdt import checkpoint_due, report_round, resume_point
 
 if TYPE_CHECKING:
-    from trainwire_worker.actor import TrainWorker
+    from trainwire_worker.backends.base import TrainWorker
 
 MODEL_FILENAME = FRAMEWORK.model_file
 

@@ -27,7 +27,7 @@ from trainwire_core.v1 import coordinator_pb2
 from trainwire_worker.backends.base import WorkerBackend
 
 if TYPE_CHECKING:
-    from trainwire_worker.actor import TrainWorker
+    from trainwire_worker.backends.base import TrainWorker
 
 # Summary metrics of result["env_runners"] reported at the top level.
 _ENV_RUNNER_METRICS = (

@@ -22,7 +22,7 @@ from trainwire_worker.backends.base import (
 )
 
 if TYPE_CHECKING:
-    from trainwire_worker.actor import TrainWorker
+    from trainwire_worker.backends.base import TrainWorker
 
 MODEL_FILENAME = FRAMEWORK.model_file
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from trainwire.tune.schedulers import TrialScheduler, _number
 from trainwire.tune.schedulers.pbt import PopulationBasedTraining
+from trainwire.tune.schedulers.trial_scheduler import TrialScheduler, _number
 from trainwire_core.errors import InvalidArgumentError
 from trainwire_core.structs import to_struct
 from trainwire_core.v1 import tune_pb2

@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import json
 import numbers
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import cloudpickle
 from google.protobuf import json_format
 
-from trainwire.tune.schedulers import TrialScheduler, _number
+from trainwire.tune.schedulers.trial_scheduler import TrialScheduler, _number
 from trainwire.tune.search.sample import Domain, Function
 from trainwire_core.errors import InvalidArgumentError
 from trainwire_core.structs import to_struct
@@ -51,21 +49,14 @@ def _encode(value: Any, path: str) -> Any:
 
 def _pickle(code: dict[str, Any]) -> bytes:
     """cloudpickle, shipping the code of the caller's own modules (the cluster cannot import them)."""
-    from trainwire.trainer import _installed
+    from trainwire.runtime_env import pickle_by_value
 
-    names = {getattr(v, "__module__", None) for v in _callables(code)}
-    own = [sys.modules[n] for n in names if n and n in sys.modules and n != "__main__" and not _installed(n)]
     try:
-        for module in own:
-            cloudpickle.register_pickle_by_value(module)
-        return cloudpickle.dumps(code)
+        return pickle_by_value(code, {getattr(v, "__module__", None) for v in _callables(code)})
     except Exception as exc:
         raise InvalidArgumentError(
             f"PopulationBasedTraining's functions cannot be pickled: {exc}", field="scheduler.hyperparam_mutations"
         ) from exc
-    finally:
-        for module in own:
-            cloudpickle.unregister_pickle_by_value(module)
 
 
 def _callables(value: Any) -> list[Any]:

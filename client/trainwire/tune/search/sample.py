@@ -215,7 +215,7 @@ class Function(Domain):
         return "sample_from"
 
     def to_proto(self) -> tune_pb2.Domain:
-        from trainwire.trainer import pickle_by_value
+        from trainwire.runtime_env import pickle_by_value
 
         return tune_pb2.Domain(sampler="sample_from", pickled_function=pickle_by_value(self.func))
 
