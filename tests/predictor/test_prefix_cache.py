@@ -138,3 +138,24 @@ def test_the_byte_budget_holds_least_recently_used_out() -> None:
     too_big = PrefixCache(budget_bytes=block_bytes - 1, block=4)
     too_big.store(too_big.keys(a), caches(12), 0)
     assert len(too_big) == 0 and too_big.bytes == 0
+
+
+def test_one_tenant_never_reuses_another_tenants_prefix(model: Any) -> None:
+    """Blocks are kept per tenant: another token's caller cannot time whether a prefix was seen."""
+    from trainwire_predictor.generative.engine import GenerationEngine, SamplingParams
+
+    engine = GenerationEngine(model, _Tokenizer(), threads=1, prefix_cache_bytes=64 << 20)
+    prompt = _prompts()[0]
+
+    async def one(tenant: str) -> None:
+        async for _ in engine.submit(prompt, SamplingParams(max_tokens=2), tenant=tenant):
+            pass
+
+    try:
+        asyncio.run(one("alice"))
+        asyncio.run(one("bob"))
+        assert engine.prefix_cache.hit_tokens == 0  # bob found none of alice's blocks
+        asyncio.run(one("alice"))
+        assert engine.prefix_cache.hit_tokens == 64  # alice finds her own
+    finally:
+        engine.close(5)

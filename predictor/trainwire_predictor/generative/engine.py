@@ -304,9 +304,13 @@ class PrefixCache:
     def __len__(self) -> int:
         return len(self._blocks)
 
-    def keys(self, ids: list[int]) -> list[bytes]:
-        """The key of each whole block of ``ids``."""
-        keys, parent = [], b""
+    def keys(self, ids: list[int], tenant: str = "") -> list[bytes]:
+        """The key of each whole block of ``ids``, within ``tenant``'s own blocks.
+
+        The chain starts from the tenant's name, so one tenant never reuses, and so can never
+        time, another's prefixes (as vLLM's ``cache_salt``); a tenant's own requests share.
+        """
+        keys, parent = [], hashlib.blake2b(tenant.encode(), digest_size=16).digest() if tenant else b""
         for start in range(0, len(ids) - self.block + 1, self.block):
             data = array.array("q", ids[start : start + self.block]).tobytes()
             parent = hashlib.blake2b(parent + data, digest_size=16).digest()
@@ -520,7 +524,7 @@ class GenerationEngine:
         scored = params.prompt_logprobs is not None
         cache, keys, reused, past = self.prefix_cache, [], 0, None
         if cache is not None:
-            keys = cache.keys(prompt)
+            keys = cache.keys(prompt, generation.tenant)
             if not scored:  # a scored prompt needs every position's logits: prefilled whole
                 reused, past = cache.lookup(prompt, keys)
         ids = torch.tensor([prompt[reused:]], dtype=torch.long)
