@@ -14,6 +14,12 @@ packages under Ray's module paths (``trainwire.torch``, ...), imported only when
 
 from __future__ import annotations
 
+import importlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import sys
+import types
 from collections.abc import Callable
 from typing import Any
 
@@ -212,29 +218,47 @@ def get_trial_dir() -> str:
 
 # Ray's framework module paths, loaded when first named: ``import ray.train as train`` code
 # calls ``train.torch.prepare_model(...)`` on workers that never imported the submodule.
-_SUBMODULES = frozenset(
-    {
-        "base_trainer",
-        "batch_predictor",
-        "collective",
-        "data_parallel_trainer",
-        "horovod",
-        "huggingface",
-        "lightgbm",
-        "predictor",
-        "rl",
-        "sklearn",
-        "tensorflow",
-        "torch",
-        "v2",
-        "xgboost",
-    }
-)
+# Ray's ``ray.train.<framework>`` paths: each is trainwire's own module under a second name (one
+# module object, so classes, isinstance checks and lazy attributes are the same under both).
+ALIASES = {
+    "batch_predictor": "trainwire.batch_predictor",
+    "horovod": "trainwire.horovod",
+    "huggingface": "trainwire.huggingface",
+    "jax": "trainwire.jax",
+    "lightgbm": "trainwire.lightgbm",
+    "predictor": "trainwire.predictor",
+    "rl": "trainwire.rllib",
+    "sklearn": "trainwire.sklearn",
+    "tensorflow": "trainwire.tensorflow",
+    "torch": "trainwire.torch",
+    "xgboost": "trainwire.xgboost",
+}
+_SUBMODULES = frozenset({"base_trainer", "collective", "data_parallel_trainer", "v2", *ALIASES})
+
+
+class _AliasFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Imports ``trainwire.train.<name>`` as the module ``ALIASES`` names (one hook for every framework)."""
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> importlib.machinery.ModuleSpec | None:
+        parent, _, name = fullname.rpartition(".")
+        if parent != __name__ or name not in ALIASES:
+            return None
+        return importlib.util.spec_from_loader(fullname, self)
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
+        module = importlib.import_module(ALIASES[spec.name.rpartition(".")[2]])
+        self._own_spec = module.__spec__  # the import system sets the alias's spec on it: put back
+        return module
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        module.__spec__ = self._own_spec
+
+
+if not any(isinstance(f, _AliasFinder) for f in sys.meta_path):
+    sys.meta_path.insert(0, _AliasFinder())
 
 
 def __getattr__(name: str) -> Any:
     if name in _SUBMODULES:
-        import importlib
-
         return importlib.import_module(f"{__name__}.{name}")
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,7 +1,0 @@
-"""``ray.train.huggingface`` as ``trainwire.huggingface``: once imported, this module is that one."""
-
-import importlib
-import sys
-
-# One module under both names: classes, isinstance checks and lazy attributes stay those of trainwire.huggingface.
-sys.modules[__name__] = importlib.import_module("trainwire.huggingface")
