@@ -289,38 +289,7 @@ class TuneReporterBase(ProgressReporter):
 
 
 class CLIReporter(TuneReporterBase):
-    """Prints Ray's status table to the terminal (``ray.tune.CLIReporter``)."""
-
-    def __init__(
-        self,
-        *,
-        metric_columns: list[str] | dict[str, str] | None = None,
-        parameter_columns: list[str] | dict[str, str] | None = None,
-        total_samples: int | None = None,
-        max_progress_rows: int = 20,
-        max_error_rows: int = 20,
-        max_column_length: int = 20,
-        max_report_frequency: int = 5,
-        infer_limit: int = 3,
-        print_intermediate_tables: bool | None = None,
-        metric: str | None = None,
-        mode: str | None = None,
-        sort_by_metric: bool = False,
-    ) -> None:
-        super().__init__(
-            metric_columns=metric_columns,
-            parameter_columns=parameter_columns,
-            total_samples=total_samples,
-            max_progress_rows=max_progress_rows,
-            max_error_rows=max_error_rows,
-            max_column_length=max_column_length,
-            max_report_frequency=max_report_frequency,
-            infer_limit=infer_limit,
-            print_intermediate_tables=print_intermediate_tables,
-            metric=metric,
-            mode=mode,
-            sort_by_metric=sort_by_metric,
-        )
+    """Prints Ray's status table to the terminal (``ray.tune.CLIReporter``); its arguments are the base's."""
 
     def _print(self, msg: str) -> None:
         print(msg, flush=True)
