@@ -121,8 +121,12 @@ def _console(base: str, run_id: str, name: str, version: str, timeout_s: float) 
         time.sleep(0.5)
     # The models the predictors serve, as the console sees them through their service name.
     models = _get(f"{base}/models")
-    # The row of the version the replicas served by default (the alias check asked another one).
-    row = rf'data-model="{re.escape(name)}" data-version="{re.escape(version)}".*?</tr>'
+    # The row of the version the replicas served by default (the alias check asked another one):
+    # versions are checkpoint numbers, each shown with its checkpoint id.
+    row = (
+        rf'data-model="{re.escape(name)}" data-version="\d+">'
+        rf'(?:(?!</tr>).)*?data-field="checkpoint">{re.escape(version)}<.*?</tr>'
+    )
     model_row = re.search(row, models, re.S)
     inferences = re.search(r'data-field="inference_count">(\d+)<', model_row.group(0)) if model_row else None
     # p99 from the replicas' Prometheus histograms (dns:///predictor:8002), "–" when none answered.

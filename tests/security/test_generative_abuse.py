@@ -282,6 +282,29 @@ def test_cancelled_grpc_streams_free_their_slots_at_the_next_step(server, stub):
     assert time.monotonic() - started < TIMEOUT_S / 2  # it waited for no deadline
 
 
+def test_a_closed_rest_stream_frees_its_slot_at_the_next_step(server, base_url):
+    engine = _engine(server)
+    body = {"model": MODEL, "prompt": "the cat", "max_tokens": MAX_TOKENS, "temperature": 0, "stream": True}
+    with httpx.Client(timeout=30) as http:
+        with http.stream("POST", f"{base_url}/v1/completions", json=body, headers=AUTH) as r:
+            lines = r.iter_lines()
+            assert any(next(lines).startswith("data: ") for _ in range(6))
+            deadline = time.monotonic() + 10
+            while engine.active < 1 and time.monotonic() < deadline:
+                time.sleep(0)
+            assert engine.active == 1
+            (generating,) = list(engine._active)
+        # The connection is closed: the server sees it, then the sequence leaves at the next step.
+        deadline = time.monotonic() + 10
+        while not generating.generation.cancelled.is_set() and time.monotonic() < deadline:
+            time.sleep(0)
+        steps_at_close = engine.steps
+        while engine.active and time.monotonic() < deadline:
+            time.sleep(0)
+    assert engine.active == 0 and engine.steps - steps_at_close <= 2
+    assert len(generating.tokens) < MAX_TOKENS / 2  # it left; it did not run to its length
+
+
 def test_openai_errors_are_openai_types(base_url):
     r = httpx.post(
         f"{base_url}/v1/completions",

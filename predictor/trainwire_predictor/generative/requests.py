@@ -24,6 +24,8 @@ ROLES = ("system", "user", "assistant", "developer", "tool")
 CHARS_PER_POSITION = 32
 # The largest sampling_parameters JSON text read from a gRPC request (its fields are a few numbers and texts).
 MAX_PARAMETERS_BYTES = 64 << 10
+# How deep its values may nest (a stop list or a logit_bias object is two levels).
+MAX_PARAMETERS_DEPTH = 8
 # The most messages in one chat: each is checked on the event loop.
 MAX_MESSAGES = 4096
 # The most alternatives per position a request may ask log-probabilities of (OpenAI's top_logprobs: 20).
@@ -248,7 +250,19 @@ def parameters_object(text: Any, name: str) -> dict[str, Any]:
         raise InvalidArgumentError(f"{name} is not JSON: {type(exc).__name__}: {exc}"[:300], field=name) from exc
     if not isinstance(doc, dict):
         raise InvalidArgumentError(f"{name} must be a JSON object", field=name)
+    if not _nested_within(doc, MAX_PARAMETERS_DEPTH):
+        # The parser's own limit follows the interpreter's recursion limit, which a host may raise.
+        raise InvalidArgumentError(f"{name} is nested deeper than {MAX_PARAMETERS_DEPTH} levels", field=name)
     return doc
+
+
+def _nested_within(value: Any, depth: int) -> bool:
+    """Whether ``value`` holds no list or object more than ``depth`` levels down."""
+    if isinstance(value, dict | list):
+        if depth == 0:
+            return False
+        return all(_nested_within(v, depth - 1) for v in (value.values() if isinstance(value, dict) else value))
+    return True
 
 
 def prompt_text(value: Any, name: str) -> str:
