@@ -172,6 +172,8 @@ def last_exception(output: str, fallback: bool = True) -> str:
     if not found and fallback:
         tail = [line.strip() for line in lines if line.strip()]
         found = tail[-1] if tail else "(no output)"
+    # Paths of this machine say nothing about the script: the table names the package, not where it lies.
+    found = re.sub(r"/\S*?/site-packages/", "site-packages/", found)
     return found[:240]
 
 
