@@ -2,11 +2,14 @@
 
 A framework is declared once, by the SDK, in ``trainwire/<framework>/framework.py``:
 its trainer, checkpoint and predictor classes, the model files its checkpoints
-hold and the platform the predictor serves it as. Each distribution registers
-its own half through a Python entry-point group, named by the framework:
+hold, the platform the predictor serves it as, and the package a worker needs
+to run it (the module it imports, the distribution to install). Each distribution
+registers its own half through a Python entry-point group, named by the framework:
 
 - ``trainwire.frameworks``: the SDK's ``Framework`` declarations (pure data);
-- ``trainwire.worker_backends``: the worker runtime's training function per framework;
+- ``trainwire.worker_backends``: the worker runtime's training function, only for the
+  frameworks with worker code of their own (the declarative trainers); every other
+  framework runs the user's loop, with what its declaration says it needs;
 - ``trainwire.coordinator_backends``: the coordinator's half (validation, environment,
   rendezvous) per framework.
 
@@ -50,6 +53,10 @@ class Framework:
         compiles_trees: The predictor may compile the main model file with Treelite.
         unpickles: Loading its model may run code stored in the checkpoint (pickle, a full torch
             model, Keras or RLlib objects): the predictor loads it only from a trusted checkpoint.
+        module: The module a worker imports to run it; a worker that lacks it fails at once
+            with the install hint ("": nothing beyond the worker runtime).
+        package: The distribution(s) that provide ``module`` (``pip install <package>``).
+        install: How to install it, where that is not ``pip install <package>``.
     """
 
     name: str
@@ -62,6 +69,9 @@ class Framework:
     serving_kwargs: Mapping[str, Any] = field(default_factory=dict)
     compiles_trees: bool = False
     unpickles: bool = True
+    module: str = ""
+    package: str = ""
+    install: str = ""
 
     def trainer_class(self) -> type:
         return load_object(self.trainer)

@@ -50,15 +50,22 @@ def test_the_worker_and_the_coordinator_each_have_their_half(declared):
     from trainwire_worker.backends import get_backend as worker_half
 
     worker, coordinator = worker_half(declared.name), coordinator_half(declared.name)
-    assert isinstance(worker, WorkerBackend) and worker.name == declared.name and worker.module
+    assert isinstance(worker, WorkerBackend) and worker.framework is declared and declared.module
     assert isinstance(coordinator, CoordinatorBackend) and coordinator.name == declared.name
 
 
-@pytest.mark.parametrize("group", [frameworks.WORKER_BACKENDS_GROUP, frameworks.COORDINATOR_BACKENDS_GROUP])
-def test_each_half_registers_exactly_the_tables_frameworks(group):
+def test_the_coordinator_registers_every_framework_and_the_worker_only_those_with_code_of_their_own():
     from importlib.metadata import entry_points
 
-    assert sorted(ep.name for ep in entry_points(group=group)) == frameworks.names()
+    from trainwire_worker.backends import get_backend as worker_half
+    from trainwire_worker.backends.data_parallel import DataParallelBackend
+
+    coordinator = sorted(ep.name for ep in entry_points(group=frameworks.COORDINATOR_BACKENDS_GROUP))
+    assert coordinator == frameworks.names()
+    worker = sorted(ep.name for ep in entry_points(group=frameworks.WORKER_BACKENDS_GROUP))
+    assert worker == ["lightgbm", "rllib", "sklearn", "xgboost"]  # the declarative trainers
+    for name in set(frameworks.names()) - set(worker):  # the user's loop, set up by the coordinator's half
+        assert type(worker_half(name)) is DataParallelBackend
 
 
 @pytest.mark.parametrize("side", ["worker", "coordinator"])

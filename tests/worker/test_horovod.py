@@ -259,11 +259,11 @@ def test_the_predictor_service_serves_horovod_checkpoints_as_torch(first_run, st
 def test_a_missing_horovod_names_the_build_script_not_pip(monkeypatch):
     import importlib.util
 
-    from trainwire_core.errors import FrameworkNotInstalledError, require_installed
-    from trainwire_worker.backends.horovod import HorovodBackend
+    from trainwire_core.errors import FrameworkNotInstalledError
+    from trainwire_worker.backends import get_backend
 
-    backend = HorovodBackend()
+    backend = get_backend("horovod")
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
     with pytest.raises(FrameworkNotInstalledError) as info:
-        require_installed(backend.module, backend.name, backend.package, backend.install)
+        backend.check_installed()
     assert "scripts/build_horovod.sh" in info.value.message and "pip install" not in info.value.message

@@ -14,4 +14,7 @@ FRAMEWORK = Framework(
     predictor="trainwire.predictor:Predictor",
     platform="",
     detection_order=100,
+    # What ships the loop; the loop imports the rest itself.
+    module="cloudpickle",
+    package="cloudpickle",
 )

@@ -13,4 +13,8 @@ FRAMEWORK = Framework(
     model_file="model.pt",
     platform="pytorch",
     detection_order=4,
+    module="horovod",
+    package="horovod",
+    # PyPI's sdist does not build against torch 2.x unpatched.
+    install="scripts/build_horovod.sh (run by make setup: Horovod 0.28.1 patched for torch 2.x)",
 )

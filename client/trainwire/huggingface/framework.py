@@ -13,4 +13,7 @@ FRAMEWORK = Framework(
     model_file="checkpoint/config.json",
     platform="huggingface",
     detection_order=5,
+    module="transformers",
+    package="transformers",
+    install="pip install transformers accelerate",
 )

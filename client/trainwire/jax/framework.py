@@ -14,4 +14,7 @@ FRAMEWORK = Framework(
     predictor="trainwire.predictor:Predictor",
     platform="",
     detection_order=100,
+    module="jax",
+    package="jax",
+    install="pip install jax (GPU workers: pip install 'jax[cuda12]')",
 )

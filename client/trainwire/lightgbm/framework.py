@@ -15,4 +15,6 @@ FRAMEWORK = Framework(
     compiles_trees=True,
     # Its model file is data (UBJSON / text), read without running anything in it.
     unpickles=False,
+    module="lightgbm",
+    package="lightgbm",
 )

@@ -12,4 +12,6 @@ FRAMEWORK = Framework(
     predictor="trainwire.rllib.predictor:RLPredictor",
     platform="rllib",
     detection_order=8,
+    module="ray.rllib",
+    package="ray[rllib]",
 )

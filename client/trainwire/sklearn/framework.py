@@ -10,4 +10,6 @@ FRAMEWORK = Framework(
     model_file="model.pkl",
     platform="sklearn",
     detection_order=7,
+    module="sklearn",
+    package="scikit-learn",
 )

@@ -10,4 +10,7 @@ FRAMEWORK = Framework(
     model_file="model.keras",
     platform="tensorflow",
     detection_order=6,
+    # tf-keras requires the "tensorflow" distribution (not tensorflow-cpu, whose files would clash).
+    module="tensorflow",
+    package="tensorflow tf-keras",
 )

@@ -10,4 +10,6 @@ FRAMEWORK = Framework(
     model_file="model.pt",
     platform="pytorch",
     detection_order=3,
+    module="torch",
+    package="torch",
 )

@@ -59,10 +59,10 @@ def run_train_loop(worker: TrainWorker, request: coordinator_pb2.FitRequest) -> 
 
 
 class DataParallelBackend(WorkerBackend):
-    """Runs the user's loop on every worker (a bare DataParallelTrainer: no framework to set up)."""
+    """Runs the user's loop on every worker, for any framework whose declaration is all it needs.
 
-    name = "data_parallel"
-    module = "cloudpickle"  # what the loop's shipping needs; the loop imports the rest itself
-    package = "cloudpickle"
+    Torch, TensorFlow, Horovod, JAX, HuggingFace and a bare DataParallelTrainer: the coordinator's
+    half sets the framework up (process group, ``TF_CONFIG``, ...); here the loop runs.
+    """
 
     train = staticmethod(run_train_loop)

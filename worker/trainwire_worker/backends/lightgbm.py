@@ -110,7 +110,4 @@ def train_declarative(worker: TrainWorker, request: coordinator_pb2.FitRequest) 
 
 
 class LightGBMBackend(WorkerBackend):
-    name = FRAMEWORK.name
-    module = "lightgbm"
-    package = "lightgbm"
     train = staticmethod(train_lightgbm)

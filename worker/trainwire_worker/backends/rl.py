@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING, Any
 import trainwire.rllib  # noqa: F401 - keeps RLlib from switching TensorFlow to TF1 mode
 from trainwire import train
 from trainwire.checkpoint import METADATA_NAME, Checkpoint
-from trainwire.rllib.framework import FRAMEWORK
 from trainwire.rllib.settings import settings_of
 from trainwire_core.errors import InvalidArgumentError
 from trainwire_core.structs import struct_to_dict
@@ -160,7 +159,4 @@ def train_rl(worker: TrainWorker, request: coordinator_pb2.FitRequest) -> None:
 
 
 class RLBackend(WorkerBackend):
-    name = FRAMEWORK.name
-    module = "ray.rllib"
-    package = "ray[rllib]"
     train = staticmethod(train_rl)

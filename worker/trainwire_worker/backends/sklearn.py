@@ -78,7 +78,4 @@ def train_sklearn(worker: TrainWorker, request: coordinator_pb2.FitRequest) -> N
 
 
 class SklearnBackend(WorkerBackend):
-    name = FRAMEWORK.name
-    module = "sklearn"
-    package = "scikit-learn"
     train = staticmethod(train_sklearn)

@@ -105,7 +105,4 @@ def train_declarative(worker: TrainWorker, request: coordinator_pb2.FitRequest) 
 
 
 class XGBoostBackend(WorkerBackend):
-    name = FRAMEWORK.name
-    module = "xgboost"
-    package = "xgboost"
     train = staticmethod(train_xgboost)
