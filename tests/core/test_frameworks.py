@@ -58,7 +58,7 @@ def test_the_coordinator_registers_every_framework_and_the_worker_only_those_wit
     from importlib.metadata import entry_points
 
     from trainwire_worker.backends import get_backend as worker_half
-    from trainwire_worker.backends.data_parallel import DataParallelBackend
+    from trainwire_worker.backends.base import DataParallelBackend
 
     coordinator = sorted(ep.name for ep in entry_points(group=frameworks.COORDINATOR_BACKENDS_GROUP))
     assert coordinator == frameworks.names()
