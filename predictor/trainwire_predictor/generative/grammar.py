@@ -85,15 +85,55 @@ def response_format_grammar(value: Any, field: str = "response_format") -> Gramm
     text = json.dumps(schema)
     if len(text) > MAX_SCHEMA_CHARS:
         raise InvalidArgumentError(f"{where} is over {MAX_SCHEMA_CHARS} characters", field=where)
+    return Grammar(_compiled(_llguidance(), text, where), name)
+
+
+def tool_call_grammar(functions: list[tuple[str, Any, str]], parallel: bool = False) -> Grammar:
+    """A forced tool call's grammar: ``<tool_call>{"name": NAME, "arguments": ARGS}</tool_call>``.
+
+    The format of Hermes and Qwen's chat templates (``generative.tools``), with the arguments a
+    value of the function's parameters' schema (compacted as ``response_format``'s are).
+
+    Args:
+        functions: Each function the call may name: (name, parameters' JSON schema, the schema's
+            field in the request, for errors).
+        parallel: One call or more (else exactly one).
+
+    Raises:
+        InvalidArgumentError: A parameters schema that does not compile, naming its field.
+    """
     llguidance = _llguidance()
+    bodies = []
+    for name, schema, where in functions:
+        text = json.dumps(schema)
+        if len(text) > MAX_SCHEMA_CHARS:
+            raise InvalidArgumentError(f"{where} is over {MAX_SCHEMA_CHARS} characters", field=where)
+        _compiled(llguidance, text, where)  # each schema's own errors, named by its field
+        compact = {**schema, "x-guidance": _JSON_OPTIONS}
+        head = json.dumps(f'<tool_call>{{"name": {json.dumps(name)}, "arguments": ')
+        bodies.append(f"{head} %json {json.dumps(compact)} {json.dumps('}</tool_call>')}")
+    rules = "\n".join(f"call_{i}: {body}" for i, body in enumerate(bodies))
+    call = " | ".join(f"call_{i}" for i in range(len(bodies)))
+    start = 'start: call ("\\n" call)*' if parallel else "start: call"
+    lark = f"{start}\ncall: {call}\n{rules}\n"
+    where = functions[0][2] if len(functions) == 1 else "tools"
+    grammar = _compiled(llguidance, lark, where, lark=True)
+    return Grammar(grammar, "tool_call")
+
+
+def _compiled(llguidance: Any, text: str, where: str, lark: bool = False) -> str:
+    """llguidance's grammar of a JSON schema (or a Lark grammar), its errors naming ``where``."""
     try:
-        grammar = llguidance.LLMatcher.grammar_from_json_schema(text, overrides=_JSON_OPTIONS)
+        if lark:
+            grammar = llguidance.LLMatcher.grammar_from_lark(text)
+        else:
+            grammar = llguidance.LLMatcher.grammar_from_json_schema(text, overrides=_JSON_OPTIONS)
         failed, messages = llguidance.LLMatcher.validate_grammar_with_warnings(grammar)
     except (ValueError, TypeError) as exc:
         raise InvalidArgumentError(f"{where} does not compile: {exc}"[:500], field=where) from exc
     if failed:
         raise InvalidArgumentError(f"{where} does not compile: {'; '.join(messages)}"[:500], field=where)
-    return Grammar(grammar, name)
+    return grammar
 
 
 def grammar_tokenizer(engine_tokenizer: Any, vocab: int, eos_ids: frozenset[int], cache: dict[str, Any]) -> Any:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trainwire_core.auth import Caller
-from trainwire_core.errors import InvalidArgumentError
+from trainwire_core.errors import FailedPreconditionError, InvalidArgumentError
 from trainwire_predictor.generative.engine import SamplingParams
 
 ROLES = ("system", "user", "assistant", "developer", "tool")
@@ -74,8 +74,41 @@ class GenerateLimits:
 
 @dataclass(frozen=True)
 class ChatMessage:
+    """One message of a chat; an assistant's may carry its tool calls, a tool's the call it answers.
+
+    Attributes:
+        tool_calls: (id, function name, arguments as JSON text) of each call the assistant made.
+        tool_call_id: The call a ``tool`` message answers.
+        name: The message's author's name (OpenAI's ``name``).
+    """
+
     role: str
     content: str
+    tool_calls: tuple[tuple[str, str, str], ...] = ()
+    tool_call_id: str | None = None
+    name: str | None = None
+
+    def template(self) -> dict[str, Any]:
+        """The message as chat templates take it (a call's arguments as an object, as their templates expect)."""
+        doc: dict[str, Any] = {"role": self.role, "content": self.content}
+        if self.tool_calls:
+            doc["tool_calls"] = [
+                {"id": id_, "type": "function", "function": {"name": name, "arguments": _arguments(arguments)}}
+                for id_, name, arguments in self.tool_calls
+            ]
+        if self.tool_call_id is not None:
+            doc["tool_call_id"] = self.tool_call_id
+        if self.name is not None:
+            doc["name"] = self.name
+        return doc
+
+
+def _arguments(text: str) -> Any:
+    """A call's arguments as an object when they are JSON (Hugging Face's templates render them with ``tojson``)."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
 
 
 @dataclass(frozen=True)
@@ -91,6 +124,8 @@ class GenerateRequest:
         params: How to sample, with the deadline already set.
         routing_key: Sticky routing, as for inference.
         prompt_field: The prompt's name in the caller's protocol (``prompt``, ``text_input``, ...), for errors.
+        tools: A chat's tools as the chat template takes them (OpenAI's ``{"type": "function", ...}``).
+        tools_chars: The tools' characters as JSON (they are rendered into the prompt, so count in its size).
         tenant: Whose share of the decode slots it takes: the caller's token name ("" for anonymous callers).
         weight: The tenant's weight in the fair share (the token's).
     """
@@ -105,6 +140,8 @@ class GenerateRequest:
     prompt_field: str = "prompt"
     tenant: str = ""
     weight: float = 1.0
+    tools: tuple[Mapping[str, Any], ...] = ()
+    tools_chars: int = 0
 
     @property
     def field(self) -> str:
@@ -115,7 +152,9 @@ class GenerateRequest:
         """The characters of the prompt, or of the chat's contents together."""
         if self.prompt_ids:
             return len(self.prompt_ids)  # no text: each token counts as one
-        return sum(len(m.content) for m in self.messages) if self.messages else len(self.prompt)
+        if self.messages:
+            return sum(len(m.content) for m in self.messages) + self.tools_chars
+        return len(self.prompt)
 
 
 def tenant_of(caller: Caller) -> dict[str, Any]:
@@ -301,10 +340,29 @@ def chat_messages(value: Any, name: str = "messages") -> tuple[ChatMessage, ...]
     return tuple(out)
 
 
-def render_chat(tokenizer: Any, messages: tuple[ChatMessage, ...]) -> str:
-    """The prompt of a chat: the tokenizer's chat template, else ``role: content`` lines and ``assistant:``."""
+def render_chat(tokenizer: Any, messages: tuple[ChatMessage, ...], tools: tuple[Mapping[str, Any], ...] = ()) -> str:
+    """The prompt of a chat: the tokenizer's chat template, else ``role: content`` lines and ``assistant:``.
+
+    Raises:
+        InvalidArgumentError: The template refuses the conversation (its ``raise_exception``).
+        FailedPreconditionError: Tools given to a model whose tokenizer has no chat template to render them.
+    """
     if getattr(tokenizer, "chat_template", None):
-        return tokenizer.apply_chat_template(
-            [{"role": m.role, "content": m.content} for m in messages], tokenize=False, add_generation_prompt=True
+        from jinja2 import TemplateError
+
+        try:
+            return tokenizer.apply_chat_template(
+                [m.template() for m in messages],
+                tools=[dict(t) for t in tools] or None,
+                tokenize=False,
+                add_generation_prompt=True,
+            )
+        except TemplateError as exc:  # the template refuses this conversation (its raise_exception)
+            raise InvalidArgumentError(
+                f"the model's chat template refused messages: {exc}"[:500], field="messages"
+            ) from exc
+    if tools:
+        raise FailedPreconditionError(
+            "this model's tokenizer has no chat template, which tools need to reach the model", field="tools"
         )
     return "".join(f"{m.role}: {m.content}\n" for m in messages) + "assistant:"

@@ -52,7 +52,7 @@ def _prompt_ids(tokenizer: Any, request: GenerateRequest) -> list[int]:
     """The prompt's token ids: the chat rendered with the tokenizer's template, then tokenized."""
     if request.prompt_ids:
         return list(request.prompt_ids)
-    text = render_chat(tokenizer, request.messages) if request.messages else request.prompt
+    text = render_chat(tokenizer, request.messages, request.tools) if request.messages else request.prompt
     return tokenizer(text, add_special_tokens=False)["input_ids"]
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import dataclasses
+import json
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -23,7 +24,7 @@ from trainwire_core.auth import current_caller
 from trainwire_core.errors import InvalidArgumentError
 from trainwire_predictor.generative.embeddings import MAX_INPUTS, TextEmbedder
 from trainwire_predictor.generative.engine import DEADLINE, STOP, TokenEvent, TokenLogprob
-from trainwire_predictor.generative.grammar import response_format_grammar
+from trainwire_predictor.generative.grammar import Grammar, response_format_grammar, tool_call_grammar
 from trainwire_predictor.generative.requests import ChatMessage as Message
 from trainwire_predictor.generative.requests import (
     GenerateRequest,
@@ -33,6 +34,15 @@ from trainwire_predictor.generative.requests import (
     tenant_of,
 )
 from trainwire_predictor.generative.service import GenerationStream, TextGenerator
+from trainwire_predictor.generative.tools import (
+    NO_PARAMETERS,
+    Tool,
+    ToolCallParser,
+    ToolChoice,
+    parse_tool_choice,
+    parse_tools,
+)
+from trainwire_predictor.generative.tools import ToolCallDelta as ParsedDelta
 from trainwire_predictor.openai.protocol import (
     AssistantMessage,
     ChatChoice,
@@ -51,8 +61,12 @@ from trainwire_predictor.openai.protocol import (
     EmbeddingList,
     EmbeddingRequest,
     EmbeddingUsage,
+    FunctionDelta,
     ModelCard,
     ModelList,
+    ToolCall,
+    ToolCallDelta,
+    ToolCallFunction,
     TopLogprob,
     Usage,
 )
@@ -61,8 +75,13 @@ from trainwire_predictor.openai.protocol import (
 MAX_CHOICES = 128
 
 
-def finish_reason(reason: str) -> str:
-    """OpenAI's finish_reason: ``stop`` and ``length`` as OpenAI's; ``deadline`` when the request's time ran out."""
+def finish_reason(reason: str, called: bool = False) -> str:
+    """OpenAI's finish_reason: ``stop`` and ``length`` as OpenAI's; ``deadline`` when the request's time ran out.
+
+    ``tool_calls`` when the model stopped after calling tools (``called``).
+    """
+    if called and reason == STOP:
+        return "tool_calls"
     return reason if reason in (STOP, DEADLINE) else "length"
 
 
@@ -76,6 +95,8 @@ class _Choice:
     text: str = ""
     events: list[TokenEvent] = field(default_factory=list)
     prompt_logprobs: tuple[TokenLogprob | None, ...] | None = None
+    # Reads tool calls out of the text (a chat with tools whose tool_choice is not "none").
+    tools: ToolCallParser | None = None
 
 
 def usage(choices: list[_Choice]) -> Usage:
@@ -117,8 +138,21 @@ class OpenAIDataPlane:
             scoring = request.echo
         params = sampling_params(request.sampling_fields(), self.generator.limits, temperature=1.0, scoring=scoring)
         tenant = tenant_of(current_caller())
+        tools: tuple[Tool, ...] = ()
+        choice = ToolChoice("none")
+        if chat:
+            tools = parse_tools(request.tools)
+            choice = parse_tool_choice(request.tool_choice, tools)
         # Compiling a schema is the grammar library's work: off the event loop.
         grammar = await asyncio.to_thread(response_format_grammar, request.response_format)
+        if choice.forced:
+            if grammar is not None:
+                raise InvalidArgumentError(
+                    "tool_choice required or a function forces a tool call: response_format cannot shape it too",
+                    field="tool_choice",
+                )
+            parallel = choice.mode == "required" and request.parallel_tool_calls is not False
+            grammar = await asyncio.to_thread(_tool_grammar, tools, choice, parallel)
         params = dataclasses.replace(
             params,
             logprobs=logprobs,
@@ -126,8 +160,20 @@ class OpenAIDataPlane:
             grammar=grammar,
         )
         if chat:
-            messages = tuple(Message(m.role, m.text()) for m in request.messages)
-            prompts = [GenerateRequest(name, version, messages=messages, params=params, routing_key=key, **tenant)]
+            messages = _messages(request)
+            templated = tuple(t.template() for t in tools)
+            prompts = [
+                GenerateRequest(
+                    name,
+                    version,
+                    messages=messages,
+                    params=params,
+                    routing_key=key,
+                    tools=templated,
+                    tools_chars=len(json.dumps(templated)) if templated else 0,
+                    **tenant,
+                )
+            ]
         else:
             prompts = [
                 GenerateRequest(name, version, prompt=text, prompt_ids=ids, params=params, routing_key=key, **tenant)
@@ -145,7 +191,8 @@ class OpenAIDataPlane:
                     if j and params.seed is not None:  # each choice its own draw, all reproducible
                         seed = (params.seed + j) % 2**64
                         seeded = dataclasses.replace(prompt, params=dataclasses.replace(params, seed=seed))
-                    choices.append(_Choice(len(choices), await self.generator.open(seeded), j == 0))
+                    parser = ToolCallParser() if choice.mode != "none" else None
+                    choices.append(_Choice(len(choices), await self.generator.open(seeded), j == 0, tools=parser))
         except BaseException:
             for choice in choices:
                 choice.stream.cancel()
@@ -272,11 +319,25 @@ class OpenAIDataPlane:
                 logprobs = ChatLogprobs(
                     content=[_chat_logprob(choice.stream, e.logprob) for e in choice.events if e.logprob]
                 )
+            message = AssistantMessage(content="".join(e.text for e in choice.events))
+            called = False
+            if choice.tools is not None:  # the same parser as a stream's, given the whole text
+                parsed = choice.tools.feed(message.content or "") + choice.tools.finish()
+                calls = choice.tools.calls
+                called = bool(calls)
+                content = "".join(d.text for d in parsed if d.kind == "content")
+                message = AssistantMessage(
+                    content=content or (None if called else ""),
+                    tool_calls=[
+                        ToolCall(id=c.id, function=ToolCallFunction(name=c.name, arguments=c.arguments)) for c in calls
+                    ]
+                    or None,
+                )
             out.append(
                 ChatChoice(
                     index=choice.index,
-                    message=AssistantMessage(content="".join(e.text for e in choice.events)),
-                    finish_reason=finish_reason(choice.stream.finish_reason),
+                    message=message,
+                    finish_reason=finish_reason(choice.stream.finish_reason, called),
                     logprobs=logprobs,
                 )
             )
@@ -299,11 +360,23 @@ class OpenAIDataPlane:
                 logprobs = None
                 if request.logprobs and event.logprob is not None:
                     logprobs = ChatLogprobs(content=[_chat_logprob(choice.stream, event.logprob)])
-                if event.text or logprobs is not None:
-                    delta = ChatChunkChoice(index=choice.index, delta=Delta(content=event.text), logprobs=logprobs)
-                    yield ChatCompletionChunk(**head, choices=[delta])
+                if choice.tools is None:
+                    deltas = [Delta(content=event.text)] if event.text else []
+                else:  # content and tool calls as the parser reads them out of the text so far
+                    parsed = choice.tools.feed(event.text)
+                    if event.finish_reason is not None:
+                        parsed += choice.tools.finish()
+                    deltas = [_delta(d) for d in parsed]
+                if logprobs is not None and not deltas:
+                    deltas = [Delta(content="")]  # the token's log-probability, its text held by the parser
+                for delta in deltas:
+                    yield ChatCompletionChunk(
+                        **head, choices=[ChatChunkChoice(index=choice.index, delta=delta, logprobs=logprobs)]
+                    )
+                    logprobs = None
                 if event.finish_reason is not None:
-                    reason = finish_reason(event.finish_reason)
+                    called = choice.tools is not None and bool(choice.tools.calls)
+                    reason = finish_reason(event.finish_reason, called)
                     end = ChatChunkChoice(index=choice.index, delta=Delta(), finish_reason=reason)
                     yield ChatCompletionChunk(**head, choices=[end])
             if request.include_usage:
@@ -344,6 +417,44 @@ async def _merged(choices: list[_Choice]) -> AsyncIterator[tuple[_Choice, TokenE
             task.cancel()  # a choice still generating ends (its stream cancels the generation)
         for choice in choices:
             choice.stream.cancel()
+
+
+def _delta(parsed: ParsedDelta) -> Delta:
+    """A parsed piece as a chat chunk's delta: content, a call's start (id, name) or a piece of its arguments."""
+    if parsed.kind == "content":
+        return Delta(content=parsed.text)
+    if parsed.kind == "call":
+        function = FunctionDelta(name=parsed.name, arguments="")
+        return Delta(tool_calls=[ToolCallDelta(index=parsed.index, id=parsed.id, type="function", function=function)])
+    return Delta(tool_calls=[ToolCallDelta(index=parsed.index, function=FunctionDelta(arguments=parsed.text))])
+
+
+def _messages(request: ChatCompletionRequest) -> tuple[Message, ...]:
+    """The chat's messages, with their tool calls and the calls they answer; content is needed but on calls."""
+    out = []
+    for i, m in enumerate(request.messages):
+        calls = tuple((c.id, c.function.name, c.function.arguments) for c in m.tool_calls or ())
+        if m.content is None and not (m.role == "assistant" and calls):
+            raise InvalidArgumentError(
+                f"messages[{i}].content is needed (only an assistant's tool calls may go without)",
+                field=f"messages[{i}].content",
+            )
+        if m.role == "tool" and m.tool_call_id is None:
+            raise InvalidArgumentError(
+                f"messages[{i}].tool_call_id names the call a tool message answers", field=f"messages[{i}].tool_call_id"
+            )
+        out.append(Message(m.role, m.text(), calls, m.tool_call_id, m.name))
+    return tuple(out)
+
+
+def _tool_grammar(tools: tuple[Tool, ...], choice: ToolChoice, parallel: bool) -> Grammar:
+    """The grammar of the forced call: the named function's, or (required) any tool's."""
+    functions = [
+        (t.name, dict(t.parameters or NO_PARAMETERS), f"tools[{i}].function.parameters")
+        for i, t in enumerate(tools)
+        if choice.mode == "required" or t.name == choice.name
+    ]
+    return tool_call_grammar(functions, parallel=parallel)
 
 
 def _prompts(value: Any) -> list[tuple[str, tuple[int, ...]]]:

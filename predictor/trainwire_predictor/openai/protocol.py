@@ -81,14 +81,37 @@ class TextPart(BaseModel):
     text: str
 
 
+class FunctionCall(BaseModel):
+    model_config = ConfigDict(strict=True, extra="allow")
+
+    name: str
+    arguments: str  # a JSON text, as OpenAI gives it
+
+
+class MessageToolCall(BaseModel):
+    """A tool call of an earlier assistant message, sent back with the conversation."""
+
+    model_config = ConfigDict(strict=True, extra="allow")
+
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
 class ChatMessage(BaseModel):
     model_config = ConfigDict(strict=True, extra="allow")
 
     role: Role
-    content: str | list[TextPart]
+    # None only on an assistant message that called tools (checked with the request).
+    content: str | list[TextPart] | None = None
+    tool_calls: list[MessageToolCall] | None = None
+    tool_call_id: str | None = None
+    name: str | None = None
 
     def text(self) -> str:
         """The message's text (OpenAI's content parts joined)."""
+        if self.content is None:
+            return ""
         return self.content if isinstance(self.content, str) else "".join(p.text for p in self.content)
 
 
@@ -99,6 +122,10 @@ class ChatCompletionRequest(_Request):
     max_completion_tokens: int | None = None
     logprobs: bool = False
     top_logprobs: int | None = None
+    # Checked field by field in ``generative.tools`` (each error names its field as OpenAI does).
+    tools: list[Any] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None
 
     def sampling_fields(self) -> dict[str, Any]:
         fields = super().sampling_fields()
@@ -178,9 +205,29 @@ class Completion(BaseModel):
     usage: Usage | None = None
 
 
+class ToolCallFunction(BaseModel):
+    name: str
+    arguments: str
+
+
+class ToolCall(BaseModel):
+    id: str
+    type: Literal["function"] = "function"
+    function: ToolCallFunction
+
+
 class AssistantMessage(BaseModel):
     role: Literal["assistant"] = "assistant"
-    content: str
+    content: str | None
+    tool_calls: list[ToolCall] | None = None
+
+    @model_serializer(mode="wrap")
+    def _present(self, handler: Any) -> dict[str, Any]:
+        # tool_calls only when the model called tools (OpenAI's answers leave it out otherwise).
+        doc = handler(self)
+        if doc.get("tool_calls") is None:
+            doc.pop("tool_calls", None)
+        return doc
 
 
 class TopLogprob(BaseModel):
@@ -215,14 +262,35 @@ class ChatCompletion(BaseModel):
     usage: Usage
 
 
+class FunctionDelta(BaseModel):
+    name: str | None = None
+    arguments: str | None = None
+
+
+class ToolCallDelta(BaseModel):
+    """A piece of a streamed tool call: the first has its id, type and name, the others arguments."""
+
+    index: int
+    id: str | None = None
+    type: Literal["function"] | None = None
+    function: FunctionDelta
+
+    @model_serializer(mode="wrap")
+    def _present(self, handler: Any) -> dict[str, Any]:
+        doc = handler(self)
+        doc["function"] = {k: v for k, v in doc["function"].items() if v is not None}
+        return {k: v for k, v in doc.items() if v is not None}
+
+
 class Delta(BaseModel):
     role: Literal["assistant"] | None = None
     content: str | None = None
+    tool_calls: list[ToolCallDelta] | None = None
 
-    @model_serializer
-    def _present(self) -> dict[str, Any]:
-        # A delta carries only what changed: no null role or content.
-        return {k: v for k, v in (("role", self.role), ("content", self.content)) if v is not None}
+    @model_serializer(mode="wrap")
+    def _present(self, handler: Any) -> dict[str, Any]:
+        # A delta carries only what changed: no null role, content or tool calls.
+        return {k: v for k, v in handler(self).items() if v is not None}
 
 
 class ChatChunkChoice(BaseModel):
