@@ -24,6 +24,8 @@ def _check_datatype(name: str, arr: np.ndarray, expected: str, field: str) -> No
 
 def to_batch(arrays: dict[str, np.ndarray], model: LoadedModel) -> dict[str, np.ndarray] | np.ndarray:
     """Matches decoded tensors to the model's inputs; returns what ``Predictor.predict`` takes."""
+    if getattr(model.predictor, "takes_tensors", False):
+        return _named_tensors(arrays, model)
     columns = model.columns
     specs = model.input_specs
     if len(arrays) == 1:
@@ -75,6 +77,27 @@ def to_batch(arrays: dict[str, np.ndarray], model: LoadedModel) -> dict[str, np.
             arr = np.array([v.decode("utf-8", "replace") if isinstance(v, bytes) else v for v in arr], dtype=object)
         batch[name] = arr
     return batch
+
+
+def _named_tensors(arrays: dict[str, np.ndarray], model: LoadedModel) -> dict[str, np.ndarray]:
+    """The tensors of a model of named tensors of any rank (ONNX, TorchScript), by its input names.
+
+    A one-input model takes its one tensor under any name, as a tabular model takes its matrix.
+    """
+    specs = model.input_specs
+    if len(arrays) == 1 and len(specs) == 1:
+        return {model.inputs[0].name: next(iter(arrays.values()))}
+    extra = [n for n in arrays if n not in specs]
+    missing = [n for n in specs if n not in arrays]
+    if extra or missing:
+        raise InvalidArgumentError(
+            f"the model takes inputs {', '.join(map(repr, specs))}; "
+            + (f"unexpected {', '.join(map(repr, extra))}" if extra else f"missing {', '.join(map(repr, missing))}"),
+            field="inputs",
+        )
+    for i, (name, arr) in enumerate(arrays.items()):
+        _check_datatype(name, arr, specs[name].datatype, f"inputs[{i}].datatype")
+    return arrays
 
 
 def select_outputs(request: InferenceRequest, model: LoadedModel, columns: dict[str, np.ndarray]) -> InferenceResponse:

@@ -225,7 +225,7 @@ class DataPlane:
                 ref.run_name or ref.run_id,
                 ref.number_text or ref.checkpoint_id,
                 "READY" if loaded else "UNAVAILABLE",
-                "" if loaded else "not loaded",
+                "" if loaded else self.models.unavailable_reason(ref),
             )
             for ref, loaded in await self.models.index()
             if loaded or not ready_only

@@ -38,6 +38,7 @@ from trainwire_core.storage import MANIFEST_NAME, RUN_ID_RE, Store
 from trainwire_core.store_documents import CheckpointIndex, RegistryState
 from trainwire_predictor.compiled_trees import CompileResult, TreeCompiler, supports
 from trainwire_predictor.mlflow_models import MlflowModels
+from trainwire_predictor.model_repository_dir import ModelDirectory
 from trainwire_predictor.models import LoadedModel, ModelRef, Resolution, TensorSpec
 
 logger = logging.getLogger(__name__)
@@ -131,8 +132,12 @@ def load_predictor(store: Store, run_id: str, checkpoint_id: str) -> tuple[str, 
 def describe(predictor: Predictor) -> tuple[list[TensorSpec], list[TensorSpec]]:
     """The model's inputs (one per feature column, else one 2-D tensor) and outputs.
 
-    An MLflow model's column signature names its inputs and their datatypes.
+    An MLflow model's column signature names its inputs and their datatypes; a model that
+    declares its tensors (a model repository's ONNX, TorchScript or configured model) is taken at its word.
     """
+    declared = getattr(predictor, "declared_specs", None)
+    if declared is not None:
+        return list(declared[0]), list(declared[1])
     signature = getattr(predictor, "signature_specs", None)
     if signature is not None and not predictor.feature_columns:
         predictor.feature_columns = [spec.name for spec in signature[0]]
@@ -169,6 +174,9 @@ class ModelRepository:
         compile_tree_models: Compile XGBoost and LightGBM models for serving (else the framework predicts).
         compiler: Compiles and caches the libraries (default: a ``TreeCompiler``).
         mlflow: Resolves and loads MLflow models (``mlflow:<name>`` and served names); None: none served.
+        directory: A model repository directory's models (``--model-repository``); None: none served.
+            A name resolves to an MLflow served name first, then to a model folder, then to a run
+            (a run whose name a model folder takes stays reachable by its run id).
     """
 
     def __init__(
@@ -183,9 +191,13 @@ class ModelRepository:
         compile_tree_models: bool = False,
         compiler: TreeCompiler | None = None,
         mlflow: MlflowModels | None = None,
+        directory: ModelDirectory | None = None,
     ) -> None:
         self.store = store
         self.mlflow = mlflow
+        self.directory = directory
+        # Why a model version last failed to load (the repository index's reason), until it loads.
+        self._failures: dict[tuple[str, str], str] = {}
         self.cache_size = max(1, cache_size)
         self.cache_bytes = max(0, cache_bytes)
         self.evictions = 0
@@ -236,16 +248,35 @@ class ModelRepository:
     def _fresh(self, stamp: float) -> bool:
         return time.monotonic() - stamp < self.index_refresh_s
 
-    def _is_mlflow(self, name: str) -> bool:
-        return self.mlflow is not None and self.mlflow.handles(name)
+    def _external(self, name: str) -> MlflowModels | ModelDirectory | None:
+        """The source of a model that is no trainwire run (an MLflow model, a model folder), else None."""
+        if self.mlflow is not None and self.mlflow.handles(name):
+            return self.mlflow
+        if self.directory is not None and self.directory.handles(name):
+            return self.directory
+        return None
 
-    async def _read_mlflow(self, name: str) -> None:
-        """Reads an MLflow model's versions and aliases into the index and registry caches (one read at a time)."""
-        assert self.mlflow is not None
-        key = f"\0mlflow\0{name}"
+    def _is_external(self, name: str) -> bool:
+        """Whether a model is external (MLflow's or a model folder): no trainwire manifest, index or aliases file."""
+        return self._external(name) is not None
+
+    async def _shared_read(self, key: str, read: Callable[[], Any]) -> Any:
+        """Runs a blocking read in a thread; concurrent callers of one key share it."""
         task = self._reads.get(key)
         if task is None:
-            task = asyncio.get_running_loop().create_task(asyncio.to_thread(self.mlflow.read, name))
+            task = asyncio.get_running_loop().create_task(asyncio.to_thread(read))
+            self._reads[key] = task
+            task.add_done_callback(lambda _: self._reads.pop(key, None))
+        return await asyncio.shield(task)
+
+    async def _read_external(self, name: str) -> None:
+        """Reads an external model's versions and aliases into the index and registry caches (one read at a time)."""
+        source = self._external(name)
+        assert source is not None
+        key = f"\0external\0{name}"
+        task = self._reads.get(key)
+        if task is None:
+            task = asyncio.get_running_loop().create_task(asyncio.to_thread(source.read, name))
             self._reads[key] = task
             task.add_done_callback(lambda _: self._reads.pop(key, None))
         index, state = await asyncio.shield(task)
@@ -258,7 +289,9 @@ class ModelRepository:
         cached = self._names.get(name)
         if cached is not None and self._fresh(cached[0]):
             return cached[1]
-        if self._is_mlflow(name):
+        if self.directory is not None and self.directory.stale():
+            await self._shared_read("\0directory", self.directory.refresh)
+        if self._is_external(name):
             # An MLflow model is its own "run": its versions are the index, its aliases the registry.
             found = await self._index(name) is not None
             self._names[name] = (time.monotonic(), name if found else None)
@@ -277,8 +310,8 @@ class ModelRepository:
         cached = self._indexes.get(run_id)
         if cached is not None and not refresh and self._fresh(cached[0]):
             return cached[1]
-        if self._is_mlflow(run_id):
-            await self._read_mlflow(run_id)
+        if self._is_external(run_id):
+            await self._read_external(run_id)
             return self._indexes[run_id][1]
         index = _parsed(CheckpointIndex.from_json, await self._read(self.store.index_path(run_id)), None)
         self._indexes[run_id] = (time.monotonic(), index)
@@ -290,8 +323,8 @@ class ModelRepository:
         cached = self._registries.get(run_id)
         if cached is not None and not refresh and self._fresh(cached[0]):
             return cached[1]
-        if self._is_mlflow(run_id):
-            await self._read_mlflow(run_id)
+        if self._is_external(run_id):
+            await self._read_external(run_id)
             return self._registries[run_id][1]
         state = _parsed(RegistryState.from_json, await self._read(self.store.aliases_path(run_id)), RegistryState())
         self._registries[run_id] = (time.monotonic(), state)
@@ -426,7 +459,7 @@ class ModelRepository:
     # --- loading -----------------------------------------------------------
     def _verify(self, ref: ModelRef) -> None:
         """Checks a checkpoint's files against its manifest, at most once per checkpoint (blocking)."""
-        if ref.key in self._verified or self._is_mlflow(ref.run_id):
+        if ref.key in self._verified or self._is_external(ref.run_id):
             return  # an MLflow model has no trainwire manifest: its own library reads its files
         if ref.key in self._corrupt:
             raise self._corrupt[ref.key]
@@ -459,27 +492,31 @@ class ModelRepository:
         started = time.monotonic()
         try:
             await asyncio.to_thread(self._verify, ref)
-            if self._is_mlflow(ref.run_id):
-                assert self.mlflow is not None
-                framework, predictor = await asyncio.to_thread(self.mlflow.load, ref.run_id, ref.checkpoint_id)
+            source = self._external(ref.run_id)
+            if source is not None:
+                framework, predictor = await asyncio.to_thread(source.load, ref.run_id, ref.checkpoint_id)
             else:
                 framework, predictor = await asyncio.to_thread(self.loader, self.store, ref.run_id, ref.checkpoint_id)
             inputs, outputs = await asyncio.to_thread(describe, predictor)
         except TrainwireError as exc:
+            self._failures[ref.key] = exc.message
             raise type(exc)(f"model {name!r} version {ref.checkpoint_id!r}: {exc.message}", field="model_name") from exc
         except Exception as exc:  # noqa: BLE001 - a broken checkpoint must not take others down
             logger.warning("cannot load model %s version %s", name, ref.checkpoint_id, exc_info=True)
+            self._failures[ref.key] = f"cannot be loaded: {type(exc).__name__}: {exc}"
             raise FailedPreconditionError(
                 f"model {name!r} version {ref.checkpoint_id!r} cannot be loaded (corrupt or unreadable "
                 f"checkpoint): {type(exc).__name__}: {exc}",
                 field="model_name",
             ) from exc
+        self._failures.pop(ref.key, None)
         model = LoadedModel(
             ref, framework, predictor, inputs, outputs, size_bytes=await asyncio.to_thread(self._size, ref)
         )
         if self.prepare is not None:
             await asyncio.to_thread(self.prepare, model)
-        if self.compile_tree_models and not self._is_mlflow(ref.run_id) and supports(framework, predictor):
+        compiles = self._external(ref.run_id) is None or self._external(ref.run_id) is self.directory
+        if self.compile_tree_models and compiles and supports(framework, predictor):
             await self._compile(model)  # never raises: the framework serves where compiling fails
         self._cache[ref.key] = model
         self._loaded_by_run.setdefault(ref.run_id, {})[ref.checkpoint_id] = model
@@ -494,8 +531,10 @@ class ModelRepository:
         return model
 
     def _size(self, ref: ModelRef) -> int:
-        """The checkpoint's bytes as its manifest lists them (blocking; an MLflow model's: unknown, 0)."""
-        if self._is_mlflow(ref.run_id):
+        """The checkpoint's bytes as its manifest lists them (blocking; a model file's size; an MLflow model's: 0)."""
+        if self.directory is not None and self._external(ref.run_id) is self.directory:
+            return self.directory.size(ref.run_id, ref.checkpoint_id)
+        if self._is_external(ref.run_id):
             return 0
         entries = read_manifest(self.store, self.store.checkpoint_dir(ref.run_id, ref.checkpoint_id))
         return sum(entry.size_bytes for entry in entries or ())
@@ -537,15 +576,17 @@ class ModelRepository:
 
     async def _compile(self, model: LoadedModel) -> CompileResult:
         """Compiles (or fetches the cached library of) a loaded tree model off the event loop, and switches to it."""
-        directory = self.store.checkpoint_dir(model.ref.run_id, model.ref.checkpoint_id)
+        store, directory = self.store, self.store.checkpoint_dir(model.ref.run_id, model.ref.checkpoint_id)
+        if self.directory is not None and self._external(model.ref.run_id) is self.directory:
+            store, directory = await asyncio.to_thread(
+                self.directory.compile_location, model.ref.run_id, model.ref.checkpoint_id, model.framework
+            )
         loop = asyncio.get_running_loop()
         slot = self._compile_slots.get(loop)
         if slot is None:
             self._compile_slots = {loop: (slot := asyncio.Semaphore(1))}
         async with slot:
-            result = await asyncio.to_thread(
-                self.compiler.prepare, self.store, directory, model.framework, model.predictor
-            )
+            result = await asyncio.to_thread(self.compiler.prepare, store, directory, model.framework, model.predictor)
         if result.compiled is not None:
             model.predictor.use_compiled(result.compiled)  # type: ignore[attr-defined]
             logger.info(
@@ -598,9 +639,27 @@ class ModelRepository:
                 out.append(index)
         return out
 
+    def unavailable_reason(self, ref: ModelRef) -> str:
+        """Why a version the index lists is not loaded: its last load's failure, else "not loaded"."""
+        return self._failures.get(ref.key, "not loaded")
+
     async def index(self) -> list[tuple[ModelRef, bool]]:
-        """Every committed checkpoint in the store, and whether it is loaded here."""
+        """Every committed checkpoint in the store and every model folder's served versions; whether each is loaded.
+
+        A model folder that cannot be served (a bad configuration, no version folder) is listed once,
+        with no version, and ``unavailable_reason`` says why.
+        """
         refs = []
+        if self.directory is not None:
+            for listed in await asyncio.to_thread(self.directory.listing):
+                ids = tuple(map(str, listed.versions))
+                if listed.error:
+                    ref = ModelRef(listed.name, listed.name, "")
+                    self._failures[ref.key] = listed.error
+                    refs.append((ref, False))
+                for number in listed.versions:
+                    ref = ModelRef(listed.name, listed.name, str(number), ids, number)
+                    refs.append((ref, self.is_loaded(ref)))
         for index in await asyncio.to_thread(self._read_all_indexes):
             ids = index.ordered_ids
             for ckpt_id in ids:

@@ -35,6 +35,7 @@ from trainwire_predictor.grpc.servicer import InferenceServicer
 from trainwire_predictor.metrics import PredictorMetrics
 from trainwire_predictor.mlflow_models import MlflowModels
 from trainwire_predictor.model_repository import ModelRepository
+from trainwire_predictor.model_repository_dir import ModelDirectory
 from trainwire_predictor.rest.endpoints import RestFrontEnd
 from trainwire_predictor.rest.server import RestServer
 from trainwire_predictor.routing import Router
@@ -86,6 +87,7 @@ class PredictorServer:
             prepare=prepare_batched(batching),
             compile_tree_models=settings.compile_tree_models,
             mlflow=mlflow_models(settings),
+            directory=model_directory(settings),
         )
         self.executor = ThreadPoolExecutor(max(1, settings.worker_threads), thread_name_prefix="trainwire-predict")
         tokens = TokenTable.from_settings(settings.auth_token, settings.tokens)
@@ -197,6 +199,21 @@ def mlflow_models(settings: PredictorSettings) -> MlflowModels | None:
     )
 
 
+def model_directory(settings: PredictorSettings) -> ModelDirectory | None:
+    """The model repository directory the settings name (None: none).
+
+    Raises:
+        ValueError: A local directory that does not exist.
+    """
+    if not settings.model_repository:
+        return None
+    return ModelDirectory(
+        settings.model_repository,
+        trust_pickles=settings.model_repository_trust_pickles,
+        refresh_s=settings.index_refresh_s,
+    )
+
+
 class PredictorThread(ServerThread):
     """A predictor on its own event loop in a background thread (tests, embedding)."""
 
@@ -228,6 +245,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--index-refresh-s", type=float, help="how often a run's checkpoint index is re-read")
     parser.add_argument("--mlflow-uri", help="serve this MLflow tracking server's registered models as mlflow:<name>")
     parser.add_argument("--mlflow-models", help="served name -> MLflow model URI: a JSON object or a file holding one")
+    parser.add_argument(
+        "--model-repository", help="also serve a model repository laid out as Triton's: a directory or s3:// URI"
+    )
     parser.add_argument(
         "--auth-token",
         help="require 'authorization: Bearer <token>' on inference calls (or TRAINWIRE_PREDICTOR_AUTH_TOKEN)",

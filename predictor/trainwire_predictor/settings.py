@@ -100,3 +100,9 @@ class PredictorSettings(BaseSettings):
     # The model ``POST /invocations`` (MLflow's scoring protocol) answers for: a served name,
     # ``mlflow:<name>`` or a run name; "" : only ``/models/{name}/invocations``.
     mlflow_default_model: str = ""
+    # A model repository directory served beside the store's runs (docs/serving/model-repository.md),
+    # laid out as Triton's and MLServer's: a local directory or s3:// URI; "" : none.
+    model_repository: str = ""
+    # Load the model repository's scikit-learn pickles and joblib files: only for a repository
+    # whose writers the operator trusts with code.
+    model_repository_trust_pickles: bool = False

@@ -1,0 +1,248 @@
+"""A model folder's configuration: Triton's ``config.pbtxt``, MLServer's ``model-settings.json``, or file suffixes.
+
+``config.pbtxt`` is parsed with protobuf's text format into the ``ModelConfig`` message the
+predictor answers Triton's model-configuration extension with (the subset trainwire applies:
+name, platform, backend, version_policy, max_batch_size, input, output, parameters; fields
+beyond it, such as ``optimization`` or ``instance_group``'s GPUs, are read past). A
+``model-settings.json`` is MLServer's: ``implementation``, ``parameters.uri``, ``inputs``, ``outputs``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from google.protobuf import text_format
+
+from trainwire_core.errors import FailedPreconditionError
+from trainwire_core.inference import grpc_service_pb2 as pb
+from trainwire_predictor.models import TensorSpec
+
+TRITON_CONFIG = "config.pbtxt"
+MLSERVER_SETTINGS = "model-settings.json"
+
+# The frameworks a repository model is served by (``LoadedModel.framework``): trainwire's own
+# names for the tabular ones (their platform comes from the framework table), Triton's platform
+# names for the tensor ones (which trainwire has no framework entry for).
+XGBOOST, LIGHTGBM, SKLEARN = "xgboost", "lightgbm", "sklearn"
+ONNX, TORCHSCRIPT = "onnxruntime_onnx", "pytorch_libtorch"
+FRAMEWORKS = (XGBOOST, LIGHTGBM, SKLEARN, ONNX, TORCHSCRIPT)
+
+# Platform or backend (Triton), implementation (MLServer) or format name (KServe) -> framework.
+_NAMED = {
+    "onnxruntime_onnx": ONNX,
+    "onnxruntime": ONNX,
+    "onnx": ONNX,
+    "pytorch_libtorch": TORCHSCRIPT,
+    "pytorch": TORCHSCRIPT,
+    "libtorch": TORCHSCRIPT,
+    "torchscript": TORCHSCRIPT,
+    "xgboost": XGBOOST,
+    "lightgbm": LIGHTGBM,
+    "sklearn": SKLEARN,
+    "mlserver_xgboost.XGBoostModel": XGBOOST,
+    "mlserver_lightgbm.LightGBMModel": LIGHTGBM,
+    "mlserver_sklearn.SKLearnModel": SKLEARN,
+}
+# Triton's FIL backend names the tree model's format in parameters { key: "model_type" }.
+_FIL_MODEL_TYPES = {
+    "xgboost": XGBOOST,
+    "xgboost_json": XGBOOST,
+    "xgboost_ubj": XGBOOST,
+    "lightgbm": LIGHTGBM,
+}
+# A model file's suffix -> framework, where no configuration names one.
+SUFFIXES = {
+    ".json": XGBOOST,
+    ".ubj": XGBOOST,
+    ".txt": LIGHTGBM,
+    ".onnx": ONNX,
+    ".pt": TORCHSCRIPT,
+    ".joblib": SKLEARN,
+    ".pkl": SKLEARN,
+    ".pickle": SKLEARN,
+}
+# Triton's default model file names per framework (its ``default_model_filename``).
+DEFAULT_FILES = {
+    ONNX: ("model.onnx",),
+    TORCHSCRIPT: ("model.pt",),
+    XGBOOST: ("xgboost.json", "xgboost.ubj", "model.json", "model.ubj", "xgboost.model"),
+    LIGHTGBM: ("model.txt",),
+    SKLEARN: ("model.joblib", "model.pkl"),
+}
+# config.pbtxt's default_model_filename is beyond the message's subset: read it from the text.
+_DEFAULT_FILENAME = re.compile(r'^\s*default_model_filename\s*:\s*"([^"]*)"', re.MULTILINE)
+# The protocol's datatypes by Triton's config names (TYPE_STRING is BYTES).
+_DATATYPES = {name: name[len("TYPE_") :] for name in pb.DataType.keys() if name not in ("TYPE_INVALID",)}
+_DATATYPES["TYPE_STRING"] = "BYTES"
+
+
+@dataclass(frozen=True)
+class VersionPolicy:
+    """Triton's ``version_policy``: the newest ``latest`` versions (default 1), every one, or those named."""
+
+    latest: int = 1
+    all: bool = False
+    specific: tuple[int, ...] = ()
+
+    def select(self, versions: list[int]) -> list[int]:
+        """The served versions among those found, oldest first."""
+        found = sorted(versions)
+        if self.all:
+            return found
+        if self.specific:
+            return [v for v in found if v in self.specific]
+        return found[-max(1, self.latest) :]
+
+    def describe(self) -> str:
+        if self.all:
+            return "all"
+        if self.specific:
+            return "specific " + ", ".join(map(str, self.specific))
+        return f"latest {max(1, self.latest)}"
+
+
+@dataclass(frozen=True)
+class ModelSettings:
+    """What a model folder's configuration says (every field optional).
+
+    Attributes:
+        framework: One of ``FRAMEWORKS``; "" where the model file's suffix decides.
+        filename: The model file within a version folder ("": the framework's default, else the one file found).
+        inputs: Declared inputs with the batch dimension (-1) first where the model batches.
+        outputs: Declared outputs, likewise.
+        policy: Which version folders are served.
+        source: The configuration file read ("" where there is none).
+        flat: MLServer's layout: the model folder itself is the one version (no version folders).
+    """
+
+    framework: str = ""
+    filename: str = ""
+    inputs: tuple[TensorSpec, ...] = ()
+    outputs: tuple[TensorSpec, ...] = ()
+    policy: VersionPolicy = field(default_factory=VersionPolicy)
+    source: str = ""
+    flat: bool = False
+
+
+def _bad(source: str, message: str) -> FailedPreconditionError:
+    return FailedPreconditionError(f"model repository configuration {source}: {message}", field="model_name")
+
+
+def framework_named(name: str, source: str) -> str:
+    """The framework a platform, backend or implementation names.
+
+    Raises:
+        FailedPreconditionError: One the predictor does not serve (naming ``source``).
+    """
+    found = _NAMED.get(name) or _NAMED.get(name.lower())
+    if found is None:
+        served = ", ".join(sorted(k for k in _NAMED if "." not in k))
+        raise _bad(
+            source,
+            f"{name!r} is not served here; the predictor serves {served} and MLServer's sklearn, "
+            "xgboost and lightgbm implementations",
+        )
+    return found
+
+
+def parse_triton(text: str, source: str) -> ModelSettings:
+    """A ``config.pbtxt``'s settings.
+
+    Raises:
+        FailedPreconditionError: Not Triton's text format, or a platform not served (naming ``source``).
+    """
+    config = pb.ModelConfig()
+    try:
+        text_format.Parse(text, config, allow_unknown_field=True)
+    except text_format.ParseError as exc:
+        line, column = exc.GetLine(), exc.GetColumn()
+        message = str(exc).split(" : ", 1)[-1] if line else str(exc)
+        where = f"line {line}, column {column}: " if line else ""
+        raise _bad(source, f"{where}{message} (Triton's text format)") from None
+    framework = ""
+    if config.backend == "fil":
+        model_type = config.parameters["model_type"].string_value if "model_type" in config.parameters else "xgboost"
+        framework = _FIL_MODEL_TYPES.get(model_type, "")
+        if not framework:
+            raise _bad(source, f"FIL model_type {model_type!r} is not served; use one of {', '.join(_FIL_MODEL_TYPES)}")
+    elif config.platform or config.backend:
+        framework = framework_named(config.platform or config.backend, source)
+    batch = (-1,) if config.max_batch_size > 0 else ()
+
+    def specs(tensors: Any, kind: str) -> tuple[TensorSpec, ...]:
+        out = []
+        for i, tensor in enumerate(tensors):
+            if not tensor.name:
+                raise _bad(source, f"{kind} {i} has no name")
+            datatype = _DATATYPES.get(pb.DataType.Name(tensor.data_type), "")
+            if not datatype:
+                raise _bad(source, f"{kind} {tensor.name!r} has no data_type")
+            out.append(TensorSpec(tensor.name, datatype, (*batch, *(int(d) for d in tensor.dims))))
+        return tuple(out)
+
+    which = config.version_policy.WhichOneof("policy_choice")
+    if which == "all":
+        policy = VersionPolicy(all=True)
+    elif which == "specific":
+        if not config.version_policy.specific.versions:
+            raise _bad(source, "version_policy specific names no versions")
+        policy = VersionPolicy(specific=tuple(int(v) for v in config.version_policy.specific.versions))
+    elif which == "latest":
+        policy = VersionPolicy(latest=max(1, config.version_policy.latest.num_versions))
+    else:
+        policy = VersionPolicy()
+    match = _DEFAULT_FILENAME.search(text)
+    filename = match.group(1) if match else ""
+    if filename and not _plain_name(filename):
+        raise _bad(source, f"default_model_filename {filename!r} is not a plain file name")
+    return ModelSettings(
+        framework, filename, specs(config.input, "input"), specs(config.output, "output"), policy, source
+    )
+
+
+def parse_mlserver(text: str, source: str) -> ModelSettings:
+    """A ``model-settings.json``'s settings (MLServer's).
+
+    Raises:
+        FailedPreconditionError: Not such a JSON object, or an implementation not served (naming ``source``).
+    """
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise _bad(source, f"not JSON: {exc}") from None
+    if not isinstance(doc, dict):
+        raise _bad(source, "must be a JSON object")
+    implementation = doc.get("implementation") or ""
+    if not isinstance(implementation, str):
+        raise _bad(source, "implementation must be a string")
+    framework = framework_named(implementation, source) if implementation else ""
+    parameters = doc.get("parameters") or {}
+    if not isinstance(parameters, dict):
+        raise _bad(source, "parameters must be an object")
+    uri = parameters.get("uri") or ""
+    if not isinstance(uri, str):
+        raise _bad(source, "parameters.uri must be a string")
+    filename = uri[2:] if uri.startswith("./") else uri
+    if filename and not _plain_name(filename):
+        raise _bad(source, f"parameters.uri {uri!r} must name a file in the model's folder")
+
+    def specs(key: str) -> tuple[TensorSpec, ...]:
+        items = doc.get(key) or []
+        if not isinstance(items, list):
+            raise _bad(source, f"{key} must be a list")
+        out = []
+        for i, item in enumerate(items):
+            try:
+                out.append(TensorSpec(str(item["name"]), str(item["datatype"]), tuple(int(d) for d in item["shape"])))
+            except (KeyError, TypeError, ValueError) as exc:
+                raise _bad(source, f"{key}[{i}] needs name, datatype and shape ({exc!r})") from None
+        return tuple(out)
+
+    return ModelSettings(framework, filename, specs("inputs"), specs("outputs"), VersionPolicy(), source)
+
+
+def _plain_name(name: str) -> bool:
+    return bool(name) and "/" not in name and "\\" not in name and name not in (".", "..") and name.isprintable()

@@ -1,0 +1,269 @@
+"""``ModelDirectory``: a Triton / MLServer model repository (a local directory or ``s3://``) as served models.
+
+Layout (Triton's)::
+
+    <repository>/<model name>/config.pbtxt           optional: platform/backend, inputs, outputs, version_policy
+    <repository>/<model name>/model-settings.json    optional, MLServer's: implementation, parameters.uri, ...
+    <repository>/<model name>/<version>/<model file>  versions are integer folders (1, 2, ...)
+
+A model folder with no version folders but a ``model-settings.json`` is MLServer's own layout:
+the folder is the model's one version, 1. Each model shows to the predictor's repository as a
+run of its own (``CheckpointIndex``): its served versions (Triton's ``version_policy``, the newest
+one by default) are its checkpoints, the newest its default version. Blocking calls throughout:
+the repository runs them in threads.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import posixpath
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+
+import pyarrow.fs as pafs
+
+from trainwire.predictor import Predictor
+from trainwire_core import frameworks
+from trainwire_core.errors import FailedPreconditionError, NotFoundError
+from trainwire_core.storage import MANIFEST_NAME, Store, is_path_component
+from trainwire_core.store_documents import CheckpointIndex, IndexedCheckpoint, RegistryState
+from trainwire_predictor.model_repository_dir.config import (
+    DEFAULT_FILES,
+    MLSERVER_SETTINGS,
+    SUFFIXES,
+    TRITON_CONFIG,
+    ModelSettings,
+    parse_mlserver,
+    parse_triton,
+)
+from trainwire_predictor.model_repository_dir.loaders import load_model
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Listed:
+    """One model folder as the repository index shows it.
+
+    Attributes:
+        name: The model's name (its folder's).
+        versions: Its served versions, oldest first.
+        error: Why it cannot be served ("" where it can): a bad configuration, no version folder.
+    """
+
+    name: str
+    versions: tuple[int, ...]
+    error: str = ""
+
+
+class ModelDirectory:
+    """Resolves and loads the models of a model repository directory.
+
+    Args:
+        uri: A local directory, ``file://`` or ``s3://`` URI (as the shared store takes).
+        trust_pickles: Load scikit-learn pickles and joblib files (code from the repository).
+        refresh_s: Age after which the list of model folders is read again.
+        cache_dir: Where compiled tree models are kept (default: a new temporary directory).
+
+    Raises:
+        ValueError: A local directory that does not exist.
+    """
+
+    def __init__(self, uri: str, *, trust_pickles: bool = False, refresh_s: float = 1.0, cache_dir: str = "") -> None:
+        local = uri[len("file://") :] if uri.startswith("file://") else uri if "://" not in uri else ""
+        if local and not os.path.isdir(os.path.expanduser(local)):
+            raise ValueError(f"model repository {uri!r} is not a directory")
+        self.store = Store(uri)
+        self.uri = uri
+        self.trust_pickles = trust_pickles
+        self.refresh_s = refresh_s
+        self._names: frozenset[str] = frozenset()
+        self._listed_at = float("-inf")
+        self._lock = threading.Lock()
+        # Model name -> its configuration as last read (what a load of it follows).
+        self._settings: dict[str, ModelSettings] = {}
+        # (name, version) -> the loaded file's sha256 and size (the compile cache's key, the cache's budget).
+        self._files: dict[tuple[str, str], tuple[str, int]] = {}
+        self._cache_dir = cache_dir
+
+    # --- model folders ----------------------------------------------------------
+    def _entries(self, path: str) -> list[pafs.FileInfo]:
+        return self.store.fs.get_file_info(pafs.FileSelector(path, allow_not_found=True))
+
+    def stale(self) -> bool:
+        """Whether the list of model folders is due to be read again."""
+        return time.monotonic() - self._listed_at >= self.refresh_s
+
+    def refresh(self) -> frozenset[str]:
+        """Reads the list of model folders (blocking); folders whose names are not plain are skipped."""
+        names = set()
+        for info in self._entries(self.store.root):
+            name = posixpath.basename(info.path)
+            if info.type != pafs.FileType.Directory or name.startswith("."):
+                continue
+            if not is_path_component(name):
+                logger.warning("model repository %s: skipping folder %r (not a plain name)", self.uri, name)
+                continue
+            names.add(name)
+        with self._lock:
+            self._names = frozenset(names)
+            self._listed_at = time.monotonic()
+        return self._names
+
+    def handles(self, name: str) -> bool:
+        """Whether ``name`` is a model folder of the repository (as last listed)."""
+        return name in self._names
+
+    def _model_dir(self, name: str) -> str:
+        if not is_path_component(name):
+            raise NotFoundError(f"model {name!r} not found", field="model_name")
+        return self.store.path(name)
+
+    def settings(self, name: str) -> tuple[ModelSettings, list[int]]:
+        """A model folder's configuration and every integer version folder in it (blocking).
+
+        Raises:
+            FailedPreconditionError: Its configuration file cannot be read as one (the file is named).
+        """
+        directory = self._model_dir(name)
+        versions, files = [], set()
+        for info in self._entries(directory):
+            base = posixpath.basename(info.path)
+            if info.type == pafs.FileType.Directory and base.isdigit() and int(base) > 0:
+                versions.append(int(base))
+            elif info.type == pafs.FileType.File:
+                files.add(base)
+        if TRITON_CONFIG in files:
+            path = f"{directory}/{TRITON_CONFIG}"
+            settings = parse_triton(self._text(path), self.store.uri_of(path))
+        elif MLSERVER_SETTINGS in files:
+            path = f"{directory}/{MLSERVER_SETTINGS}"
+            settings = parse_mlserver(self._text(path), self.store.uri_of(path))
+            if not versions:
+                settings = ModelSettings(**{**settings.__dict__, "flat": True})
+        else:
+            settings = ModelSettings()
+        return settings, [1] if settings.flat else versions
+
+    def _text(self, path: str) -> str:
+        try:
+            return self.store.read_bytes(path).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise FailedPreconditionError(f"model repository configuration {self.store.uri_of(path)}: {exc}") from None
+
+    def read(self, name: str) -> tuple[CheckpointIndex | None, RegistryState]:
+        """The model's served versions as a checkpoint index (None: no such model) (blocking).
+
+        Raises:
+            FailedPreconditionError: Its configuration is bad (naming the file), or no version is served.
+        """
+        if not self.handles(name):
+            return None, RegistryState(run_id=name)
+        settings, found = self.settings(name)
+        self._settings[name] = settings
+        served = settings.policy.select(found)
+        if not served:
+            raise FailedPreconditionError(
+                f"model {name!r} of the model repository {self.uri} has no version to serve: version folders "
+                f"{', '.join(map(str, sorted(found))) or 'none'}, version policy {settings.policy.describe()}",
+                field="model_name",
+            )
+        ids = [str(v) for v in served]
+        checkpoints = tuple(IndexedCheckpoint(id=v, index=i, version=int(v)) for i, v in enumerate(ids))
+        index = CheckpointIndex(run_id=name, run_name=name, checkpoints=checkpoints, latest=ids[-1], best=ids[-1])
+        return index, RegistryState(run_id=name)
+
+    def listing(self) -> list[Listed]:
+        """Every model folder, its served versions or why it has none (blocking)."""
+        out = []
+        for name in sorted(self.refresh()):
+            try:
+                index, _ = self.read(name)
+                out.append(Listed(name, tuple(c.version for c in index.checkpoints) if index else ()))
+            except FailedPreconditionError as exc:
+                out.append(Listed(name, (), exc.message))
+        return out
+
+    # --- loading ---------------------------------------------------------------
+    def _version_dir(self, name: str, version: str, settings: ModelSettings) -> str:
+        directory = self._model_dir(name)
+        return directory if settings.flat else f"{directory}/{version}"
+
+    def model_file(self, name: str, version: str) -> tuple[str, str]:
+        """The (framework, store path) of a version's model file (blocking).
+
+        Raises:
+            FailedPreconditionError: No model file, several candidates, or one of no known kind.
+        """
+        settings = self._settings.get(name) or self.settings(name)[0]
+        directory = self._version_dir(name, version, settings)
+        files = sorted(
+            posixpath.basename(info.path) for info in self._entries(directory) if info.type == pafs.FileType.File
+        )
+        where = self.store.uri_of(directory)
+        if settings.filename:
+            chosen = settings.filename
+            if chosen not in files:
+                raise FailedPreconditionError(f"{where} has no file {chosen!r} (named by {settings.source})")
+        else:
+            defaults = DEFAULT_FILES.get(settings.framework, ())
+            candidates = [f for f in files if f in defaults] or [
+                f
+                for f in files
+                if posixpath.splitext(f)[1] in SUFFIXES
+                and (not settings.framework or SUFFIXES[posixpath.splitext(f)[1]] == settings.framework)
+                and f not in (MLSERVER_SETTINGS, MANIFEST_NAME)
+            ]
+            if len(candidates) != 1:
+                known = ", ".join(sorted(SUFFIXES))
+                raise FailedPreconditionError(
+                    f"{where} holds {'no' if not candidates else 'several'} model files"
+                    + (f" ({', '.join(candidates)})" if candidates else f" (files ending {known})")
+                    + "; name one in config.pbtxt (default_model_filename) or model-settings.json (parameters.uri)"
+                )
+            chosen = candidates[0]
+        framework = settings.framework or SUFFIXES.get(posixpath.splitext(chosen)[1], "")
+        if not framework:
+            raise FailedPreconditionError(
+                f"cannot tell the framework of {where}/{chosen}: name it in config.pbtxt (platform or backend) "
+                f"or model-settings.json (implementation), or use a file ending {', '.join(sorted(SUFFIXES))}"
+            )
+        return framework, f"{directory}/{chosen}"
+
+    def load(self, name: str, version: str) -> tuple[str, Predictor]:
+        """Loads one version with its framework's own loader; (framework, Predictor) (blocking)."""
+        framework, path = self.model_file(name, version)
+        data = self.store.read_bytes(path)
+        settings = self._settings.get(name) or ModelSettings()
+        predictor = load_model(framework, data, settings, self.trust_pickles, self.store.uri_of(path))
+        self._files[(name, version)] = (hashlib.sha256(data).hexdigest(), len(data))
+        return framework, predictor
+
+    def size(self, name: str, version: str) -> int:
+        """The loaded model file's bytes (0 before it loaded)."""
+        return self._files.get((name, version), ("", 0))[1]
+
+    def compile_location(self, name: str, version: str, framework: str) -> tuple[Store, str]:
+        """Where the tree compiler keeps a loaded version's library: a local cache keyed by the file's sha256.
+
+        The compiler reads the model file's hash from a manifest there (the file itself stays in
+        the repository, which may be read-only), and caches the library beside it.
+        """
+        sha, size = self._files[(name, version)]
+        if not self._cache_dir:
+            self._cache_dir = tempfile.mkdtemp(prefix="trainwire-model-repository-")
+        store = Store(self._cache_dir)
+        directory = store.path(sha)
+        manifest = f"{directory}/{MANIFEST_NAME}"
+        if not store.exists(manifest):
+            model_file = frameworks.get_framework(framework).model_file
+            store.write_bytes(
+                manifest,
+                json.dumps({"files": [{"path": model_file, "size_bytes": size, "sha256": sha}]}).encode(),
+            )
+        return store, directory

@@ -1,0 +1,311 @@
+"""A model repository directory (``--model-repository``) laid out as Triton's and MLServer's, served as it is.
+
+The test writes each framework's file with the framework itself (XGBoost, LightGBM, scikit-learn,
+TorchScript, an ONNX graph built with ``onnx.helper``), serves the folder with a real predictor
+(REST and gRPC), and checks every answer against the library's own in-process prediction.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import pickle
+import urllib.error
+import urllib.request
+from typing import Any
+
+import grpc
+import numpy as np
+import pytest
+
+from trainwire_core.inference import grpc_service_pb2 as pb
+from trainwire_core.inference import grpc_service_pb2_grpc as pb_grpc
+
+ROWS, FEATURES = 32, 4
+
+TS_CONFIG = """
+name: "ts"
+platform: "pytorch_libtorch"
+max_batch_size: 8
+input [ { name: "INPUT__0" data_type: TYPE_FP32 dims: [ 4 ] } ]
+output [ { name: "OUTPUT__0" data_type: TYPE_FP32 dims: [ 2 ] } ]
+instance_group [ { count: 1 kind: KIND_CPU } ]
+optimization { execution_accelerators { cpu_execution_accelerator: [ { name: "openvino" } ] } }
+"""
+
+FIL_CONFIG = """
+backend: "fil"
+max_batch_size: 64
+version_policy: { all: {} }
+input [ { name: "input__0" data_type: TYPE_FP32 dims: [ 4 ] } ]
+parameters [ { key: "model_type" value: { string_value: "lightgbm" } } ]
+"""
+
+BROKEN_CONFIG = 'platform: "onnxruntime_onnx"\ninput [ { name: "x" data_type: TYPE_FP32 dims: [ 4 '
+
+
+def post(url: str, doc: Any) -> tuple[int, Any]:
+    request = urllib.request.Request(url, json.dumps(doc).encode(), {"content-type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            body = response.read()
+            return response.status, json.loads(body) if body else None
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def get(url: str) -> Any:
+    with urllib.request.urlopen(url, timeout=60) as response:
+        return json.loads(response.read())
+
+
+def infer(base: str, model: str, x: np.ndarray, name: str = "input", version: str = "") -> tuple[int, Any]:
+    path = f"{base}/v2/models/{model}" + (f"/versions/{version}" if version else "") + "/infer"
+    tensor = {"name": name, "shape": list(x.shape), "datatype": "FP32", "data": x.reshape(-1).tolist()}
+    return post(path, {"inputs": [tensor]})
+
+
+def output(doc: dict[str, Any], name: str) -> np.ndarray:
+    found = next(o for o in doc["outputs"] if o["name"] == name)
+    return np.asarray(found["data"], dtype=np.float64).reshape(found["shape"])
+
+
+def _onnx_model(path: pathlib.Path, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Y = softmax(X @ W + B), X float [N, 4]: built node by node."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = rng.normal(size=(FEATURES, 3)).astype(np.float32)
+    b = rng.normal(size=(3,)).astype(np.float32)
+    graph = helper.make_graph(
+        [
+            helper.make_node("MatMul", ["X", "W"], ["XW"]),
+            helper.make_node("Add", ["XW", "B"], ["Z"]),
+            helper.make_node("Softmax", ["Z"], ["Y"], axis=1),
+        ],
+        "linear",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["N", FEATURES])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["N", 3])],
+        [numpy_helper.from_array(w, "W"), numpy_helper.from_array(b, "B")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    path.write_bytes(model.SerializeToString())
+    return w, b
+
+
+class _Evil:
+    """A pickle that creates a file when unpickled: what an untrusted repository must never run."""
+
+    def __init__(self, marker: pathlib.Path) -> None:
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+@pytest.fixture(scope="module")
+def repository(tmp_path_factory) -> dict[str, Any]:
+    """A repository of one model per framework, written by each library, and the expected answers."""
+    import joblib
+    import lightgbm
+    import onnxruntime
+    import torch
+    import xgboost
+    from sklearn.linear_model import LogisticRegression
+
+    root = tmp_path_factory.mktemp("model-repository")
+    repo = root / "models"
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(ROWS, FEATURES)).astype(np.float32)
+    train_x = rng.normal(size=(200, FEATURES)).astype(np.float32)
+    train_y = (train_x[:, 0] + 0.5 * train_x[:, 1] - train_x[:, 2] > 0).astype(int)
+    expected: dict[str, np.ndarray] = {}
+
+    def folder(*parts: str) -> pathlib.Path:
+        path = repo.joinpath(*parts)
+        path.mkdir(parents=True)
+        return path
+
+    booster = xgboost.train(
+        {"objective": "binary:logistic", "max_depth": 3, "nthread": 1}, xgboost.DMatrix(train_x, train_y), 10
+    )
+    booster.save_model(str(folder("xgb", "1") / "model.json"))
+    expected["xgb"] = booster.predict(xgboost.DMatrix(x))
+    # MLServer's own layout: model-settings.json beside the file, no version folders.
+    booster.save_model(str(folder("mls") / "model.ubj"))
+    (repo / "mls" / "model-settings.json").write_text(
+        json.dumps(
+            {"name": "mls", "implementation": "mlserver_xgboost.XGBoostModel", "parameters": {"uri": "./model.ubj"}}
+        )
+    )
+
+    for version, rounds in (("1", 3), ("2", 8)):
+        lgb = lightgbm.train(
+            {"objective": "binary", "verbose": -1, "num_threads": 1}, lightgbm.Dataset(train_x, train_y), rounds
+        )
+        lgb.save_model(str(folder("lgb", version) / "model.txt"))
+        (folder("lgb_all", version) / "model.txt").write_text((repo / "lgb" / version / "model.txt").read_text())
+        expected[f"lgb/{version}"] = lgb.predict(x)
+    (repo / "lgb_all" / "config.pbtxt").write_text(FIL_CONFIG)
+
+    estimator = LogisticRegression().fit(train_x, train_y)
+    joblib.dump(estimator, folder("sk", "1") / "model.joblib")
+    expected["sk"] = estimator.predict(x)
+    marker = root / "unpickled"
+    (folder("evil", "1") / "model.pkl").write_bytes(pickle.dumps(_Evil(marker)))
+
+    torch.manual_seed(0)
+    module = torch.jit.script(torch.nn.Sequential(torch.nn.Linear(FEATURES, 2), torch.nn.Softmax(dim=1)))
+    module.save(str(folder("ts", "1") / "model.pt"))
+    (repo / "ts" / "config.pbtxt").write_text(TS_CONFIG)
+    with torch.no_grad():
+        expected["ts"] = module(torch.from_numpy(x)).numpy()
+
+    _onnx_model(folder("onnx", "1") / "model.onnx", rng)
+    session = onnxruntime.InferenceSession(str(repo / "onnx" / "1" / "model.onnx"), providers=["CPUExecutionProvider"])
+    expected["onnx"] = session.run(None, {"X": x})[0]
+
+    (folder("broken", "1") / "model.onnx").write_bytes((repo / "onnx" / "1" / "model.onnx").read_bytes())
+    (repo / "broken" / "config.pbtxt").write_text(BROKEN_CONFIG)
+    return {"root": root, "repo": repo, "x": x, "expected": expected, "marker": marker}
+
+
+def _serve(repository: dict[str, Any], name: str, trust: bool):
+    from trainwire_predictor.server import PredictorThread
+    from trainwire_predictor.settings import PredictorSettings
+
+    thread = PredictorThread(
+        PredictorSettings(
+            port=0,
+            http_port=0,
+            store=str(repository["root"] / f"store-{name}"),
+            index_refresh_s=0.2,
+            model_repository=str(repository["repo"]),
+            model_repository_trust_pickles=trust,
+        )
+    )
+    thread.start()
+    return thread
+
+
+@pytest.fixture(scope="module")
+def served(repository):
+    """The repository served without trusting its pickles: (REST base URL, gRPC address)."""
+    thread = _serve(repository, "untrusted", trust=False)
+    try:
+        yield f"http://{thread.server.http_address}", thread.server.address
+    finally:
+        thread.stop()
+
+
+def test_each_framework_answers_as_its_library(served, repository) -> None:
+    base, _ = served
+    x, expected = repository["x"], repository["expected"]
+    for model, name, out, atol in (
+        ("xgb", "input", "predictions", 1e-6),
+        ("mls", "input", "predictions", 1e-6),
+        ("lgb", "input", "predictions", 1e-6),
+        ("ts", "INPUT__0", "OUTPUT__0", 1e-6),
+        ("onnx", "X", "Y", 1e-6),
+    ):
+        status, doc = infer(base, model, x, name)
+        assert status == 200, (model, doc)
+        want = expected.get(model, expected["xgb"] if model == "mls" else expected.get("lgb/2"))
+        np.testing.assert_allclose(output(doc, out), want, atol=atol, err_msg=model)
+        # Triton's versions are integers: the folder's.
+        assert doc["model_version"] == ("2" if model == "lgb" else "1")
+
+
+def test_version_policy_latest_by_default_and_all_from_the_config(served, repository) -> None:
+    base, _ = served
+    x, expected = repository["x"], repository["expected"]
+    status, doc = infer(base, "lgb", x, version="1")
+    assert status == 404 and "no version" in doc["error"], doc
+    for version in ("1", "2"):
+        status, doc = infer(base, "lgb_all", x, "input__0", version=version)
+        assert status == 200, doc
+        np.testing.assert_allclose(output(doc, "predictions"), expected[f"lgb/{version}"], atol=1e-6)
+    assert get(f"{base}/v2/models/lgb_all")["inputs"] == [{"name": "input__0", "datatype": "FP32", "shape": [-1, 4]}]
+
+
+def test_metadata_and_config_from_the_graph_and_config_pbtxt(served) -> None:
+    base, _ = served
+    meta = get(f"{base}/v2/models/onnx")
+    assert meta["platform"] == "onnxruntime_onnx"
+    assert meta["inputs"] == [{"name": "X", "datatype": "FP32", "shape": [-1, 4]}]
+    assert meta["outputs"] == [{"name": "Y", "datatype": "FP32", "shape": [-1, 3]}]
+    config = get(f"{base}/v2/models/ts/config")
+    assert config["platform"] == "pytorch_libtorch"
+    assert [(t["name"], t["data_type"], t["dims"]) for t in config["input"]] == [("INPUT__0", "TYPE_FP32", [4])]
+    assert [(t["name"], t["dims"]) for t in config["output"]] == [("OUTPUT__0", [2])]
+    assert config["max_batch_size"] > 0
+
+
+def test_grpc_infer_and_model_config(served, repository) -> None:
+    _, address = served
+    x = repository["x"]
+    with grpc.insecure_channel(address) as channel:
+        stub = pb_grpc.GRPCInferenceServiceStub(channel)
+        request = pb.ModelInferRequest(model_name="onnx")
+        request.inputs.add(name="X", datatype="FP32", shape=list(x.shape))
+        request.raw_input_contents.append(x.tobytes())
+        response = stub.ModelInfer(request, timeout=60)
+        y = np.frombuffer(response.raw_output_contents[0], dtype=np.float32).reshape(response.outputs[0].shape)
+        np.testing.assert_allclose(y, repository["expected"]["onnx"], atol=1e-6)
+        config = stub.ModelConfig(pb.ModelConfigRequest(name="onnx"), timeout=60).config
+        assert config.platform == "onnxruntime_onnx" and config.input[0].name == "X"
+
+
+def test_wrong_shape_is_invalid_argument(served, repository) -> None:
+    base, _ = served
+    status, doc = infer(base, "onnx", repository["x"][:, :3], "X")
+    assert status == 400 and "shape" in doc["error"], doc
+
+
+def test_untrusted_pickle_is_refused_and_never_unpickled(served, repository) -> None:
+    base, _ = served
+    for model in ("sk", "evil"):
+        status, doc = infer(base, model, repository["x"])
+        assert status == 400, doc
+        assert "pickle" in doc["error"] and "TRUST_PICKLES" in doc["error"], doc
+    assert not repository["marker"].exists()
+    status, index = post(f"{base}/v2/repository/index", {})
+    entry = next(e for e in index if e["name"] == "sk")
+    assert entry["state"] == "UNAVAILABLE" and "pickle" in entry["reason"], entry
+
+
+def test_bad_config_pbtxt_names_the_file(served, repository) -> None:
+    base, _ = served
+    status, doc = infer(base, "broken", repository["x"], "x")
+    assert status == 400, doc
+    assert "broken/config.pbtxt: line 2, column" in doc["error"], doc
+    status, index = post(f"{base}/v2/repository/index", {})
+    entry = next(e for e in index if e["name"] == "broken")
+    assert entry["state"] == "UNAVAILABLE" and "broken/config.pbtxt" in entry["reason"], entry
+
+
+def test_repository_index_load_and_unload(served, repository) -> None:
+    base, _ = served
+    assert infer(base, "xgb", repository["x"])[0] == 200
+
+    def state(name: str) -> dict[str, str]:
+        return {e["version"]: e["state"] for e in post(f"{base}/v2/repository/index", {})[1] if e["name"] == name}
+
+    assert state("xgb") == {"1": "READY"}
+    assert state("lgb_all").keys() == {"1", "2"}
+    assert post(f"{base}/v2/repository/models/xgb/unload", {})[0] == 200
+    assert state("xgb") == {"1": "UNAVAILABLE"}
+    assert post(f"{base}/v2/repository/models/xgb/load", {})[0] == 200
+    assert state("xgb") == {"1": "READY"}
+
+
+def test_trusted_repository_serves_scikit_learn(repository) -> None:
+    thread = _serve(repository, "trusted", trust=True)
+    try:
+        status, doc = infer(f"http://{thread.server.http_address}", "sk", repository["x"])
+        assert status == 200, doc
+        np.testing.assert_array_equal(output(doc, "predictions"), repository["expected"]["sk"])
+    finally:
+        thread.stop()
