@@ -122,9 +122,15 @@ class PredictorMetrics:
                     children = self._children[ref.key] = _Children(self, model_labels(ref))
         return children
 
-    def watch_generation(self, engines: Callable[[], Sequence[tuple[ModelRef, Any]]]) -> None:
-        """Exposes each decode engine's tenants at every scrape (``engines``: the running ones, with their models)."""
-        self.registry.register(_GenerationCollector(engines))
+    def watch_generation(self, engines: Callable[[], Sequence[tuple[ModelRef, Any]]]) -> Collector:
+        """Exposes each decode engine's tenants at every scrape (``engines``: the running ones, with their models).
+
+        Returns:
+            The collector (a worker of a group publishes it: workers.GenerationPublisher).
+        """
+        collector = _GenerationCollector(engines)
+        self.registry.register(collector)
+        return collector
 
     def success(self, ref: ModelRef, timing: Timing, duration_ns: int) -> None:
         c = self._of(ref)

@@ -40,6 +40,15 @@ from trainwire_predictor.rest.endpoints import RestFrontEnd
 from trainwire_predictor.rest.server import RestServer
 from trainwire_predictor.routing import Router
 from trainwire_predictor.settings import PredictorSettings
+from trainwire_predictor.statistics import SharedStatistics
+from trainwire_predictor.workers import (
+    ROLE_ENV,
+    SETTINGS_ENV,
+    GenerationPublisher,
+    WorkerRole,
+    run_group,
+    with_pid_header,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -47,10 +56,18 @@ SERVICE_NAME = grpc_service_pb2.DESCRIPTOR.services_by_name["GRPCInferenceServic
 
 
 class PredictorServer:
-    """One stateless predictor: the gRPC server and the model cache behind it."""
+    """One stateless predictor: the gRPC server and the model cache behind it.
 
-    def __init__(self, settings: PredictorSettings) -> None:
+    Args:
+        settings: Its settings.
+        role: Set in a worker of a ``--workers N`` group (workers.py): ports shared with
+            ``SO_REUSEPORT``, statistics and metrics written where the group sums them.
+    """
+
+    def __init__(self, settings: PredictorSettings, role: WorkerRole | None = None) -> None:
         self.settings = settings
+        self.role = role
+        self.generation_publisher: GenerationPublisher | None = None
         self.address = ""
         self.server: grpc.aio.Server | None = None
         self.models: ModelRepository | None = None
@@ -100,11 +117,14 @@ class PredictorServer:
             + ("CudaSharedMemoryRegister", "CudaSharedMemoryUnregister")
         }
         interceptors = [BearerTokenInterceptor(tokens, (SERVICE_NAME,), scopes, PREDICT)] if tokens else []
+        # A group's workers bind one port each (grpc's default on Linux; said here, not assumed).
+        reuse_port = [("grpc.so_reuseport", 1)] if self.role is not None else []
         self.server = grpc.aio.server(
-            options=[*message_size_options(settings.max_message_bytes), *KEEPALIVE_SERVER_OPTIONS],
+            options=[*message_size_options(settings.max_message_bytes), *KEEPALIVE_SERVER_OPTIONS, *reuse_port],
             interceptors=interceptors,
         )
-        self.metrics = PredictorMetrics() if settings.metrics_port else None
+        role = self.role
+        self.metrics = PredictorMetrics() if settings.metrics_port or (role and role.metrics) else None
         self.dataplane = DataPlane(
             self.models,
             Batcher(
@@ -112,6 +132,7 @@ class PredictorServer:
                 inline_budget_ns=int(settings.inline_budget_us * 1000),
                 batching=batching,
             ),
+            statistics=SharedStatistics(role.statistics_dir) if role is not None else None,
             recorders=[self.metrics] if self.metrics else [],
             router=Router(
                 self.models,
@@ -133,14 +154,17 @@ class PredictorServer:
             ),
         )
         if self.metrics is not None:
-            self.metrics.watch_generation(self.dataplane.generator.engines)
+            generation = self.metrics.watch_generation(self.dataplane.generator.engines)
+            if role is not None:
+                self.generation_publisher = GenerationPublisher(generation, role.generation_file)
+                self.generation_publisher.start()
         self.servicer = InferenceServicer(dataplane=self.dataplane)
         grpc_service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(self.servicer, self.server)
         health_servicer = add_health_and_reflection(self.server, (SERVICE_NAME,), grpc_service_pb2.DESCRIPTOR)
         port = add_port(
             self.server, f"{settings.host}:{settings.port}", settings.tls_cert, settings.tls_key, settings.tls_client_ca
         )
-        if self.metrics is not None:
+        if self.metrics is not None and settings.metrics_port:
             self.metrics_server = MetricsServer(self.metrics.registry, settings.host, settings.metrics_port)
             self.metrics_address = advertised_address(settings.host, self.metrics_server.port)
             logger.info("Prometheus metrics on http://%s/metrics", self.metrics_address)
@@ -153,7 +177,10 @@ class PredictorServer:
                 settings.tls_cert,
                 settings.tls_key,
                 settings.tls_client_ca,
+                reuse_port=role is not None,
             )
+            if role is not None:
+                self.rest.config.app = with_pid_header(self.rest.config.app)
             self.http_address = advertised_address(settings.host, await self.rest.start())
             logger.info("Open Inference Protocol over REST on %s", self.http_address)
         await self.server.start()
@@ -162,6 +189,8 @@ class PredictorServer:
         return self.address
 
     async def stop(self, grace_s: float = 5.0) -> None:
+        if self.generation_publisher is not None:
+            self.generation_publisher.stop()
         if self.rest is not None:
             await self.rest.stop(grace_s)
             self.rest = None
@@ -242,6 +271,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--metrics-port", type=int, help="serve Prometheus metrics over HTTP on this port (0: off)")
     parser.add_argument("--model-cache-size", type=int, help="loaded checkpoints kept in memory")
     parser.add_argument("--worker-threads", type=int, help="threads running model compute")
+    parser.add_argument("--workers", type=int, help="predictor processes sharing the ports (default 1)")
     parser.add_argument("--index-refresh-s", type=float, help="how often a run's checkpoint index is re-read")
     parser.add_argument("--mlflow-uri", help="serve this MLflow tracking server's registered models as mlflow:<name>")
     parser.add_argument("--mlflow-models", help="served name -> MLflow model URI: a JSON object or a file holding one")
@@ -260,10 +290,29 @@ def main(argv: list[str] | None = None) -> None:
     # next: they share the cores with the event loop, whose work between calls they would slow.
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    server = PredictorServer(PredictorSettings(**overrides))
+    settings = PredictorSettings(**overrides)
     try:
+        if settings.workers > 1:
+            run_group(settings)
+            return
+        server = PredictorServer(settings)
         # uvloop: the faster loop for uvicorn, and grpc.aio runs on it too.
         with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
             runner.run(serve_until_signalled(server, "trainwire predictor"))
+    except OpenDoorError as exc:
+        raise SystemExit(f"error: {exc}") from None
+
+
+def worker_main() -> None:
+    """One worker of a ``--workers N`` group (workers.py starts it with its settings in the environment)."""
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    settings = PredictorSettings.model_validate_json(os.environ[SETTINGS_ENV])
+    role = WorkerRole.from_env(os.environ[ROLE_ENV])
+    server = PredictorServer(settings, role)
+    banner = f"trainwire predictor worker {role.index} (pid {os.getpid()})"
+    try:
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            runner.run(serve_until_signalled(server, banner, stop_with_parent=True))
     except OpenDoorError as exc:
         raise SystemExit(f"error: {exc}") from None

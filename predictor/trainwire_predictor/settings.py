@@ -46,6 +46,9 @@ class PredictorSettings(BaseSettings):
     model_cache_bytes: int = 0
     # Threads that run model compute off the event loop.
     worker_threads: int = 4
+    # Predictor processes on the same ports (SO_REUSEPORT), each with its own event loop and model
+    # cache, kept by a parent that restarts one that dies; metrics and statistics are summed over them.
+    workers: int = Field(default=1, ge=1)
     # A model call measured to take at most this long for its rows (a compiled tree model on
     # small requests) runs on the event loop instead: shorter than the hand-off to a thread.
     # 0: every call goes to the threads.

@@ -14,8 +14,13 @@ cumulative figures the ModelStatistics RPC answers with, and any other
 from __future__ import annotations
 
 import copy
+import glob
+import json
+import os
+import struct
 import threading
 import time
+import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -249,3 +254,108 @@ class Statistics:
         stats = ModelStats(*model_labels(ref))
         stats.name = name or stats.name
         return stats
+
+
+class SharedStatistics(Statistics):
+    """``Statistics`` summed over the predictor processes of one ``--workers N`` group.
+
+    Each process keeps its own figures and mirrors them, value by value, into a memory-mapped
+    file of its own in ``directory`` (prometheus_client's multiprocess format); any process
+    answers with the sum over every file there. A write is a store into shared memory, so an
+    answer counts every request finished before it, whichever process served it; the files of
+    processes that died stay, so a restarted worker's earlier requests still count.
+
+    Args:
+        directory: The group's statistics folder (created if missing).
+    """
+
+    def __init__(self, directory: str) -> None:
+        from prometheus_client.mmap_dict import MmapedDict
+
+        super().__init__()
+        os.makedirs(directory, exist_ok=True)
+        self.directory = directory
+        # pid and a random part: a later process given the same pid must not write over this one's file.
+        self._file = MmapedDict(os.path.join(directory, f"stats_{os.getpid()}_{uuid.uuid4().hex[:8]}.db"))
+        self._prefixes: dict[tuple[str, str], str] = {}
+
+    def _prefix(self, ref: ModelRef, m: ModelStats) -> str:
+        prefix = self._prefixes.get(ref.key)
+        if prefix is None:
+            # A JSON list without its closing bracket: each value's key adds its field.
+            prefix = self._prefixes[ref.key] = json.dumps([ref.key[0], ref.key[1], m.name, m.version])[:-1]
+        return prefix
+
+    def _write_durations(self, prefix: str, owner: object, names: tuple[str, ...], suffix: str = "") -> None:
+        write = self._file.write_value
+        for name in names:
+            d: _Duration = getattr(owner, name)
+            write(f'{prefix},"{name}",0{suffix}]', d.count, 0.0)
+            write(f'{prefix},"{name}",1{suffix}]', d.ns, 0.0)
+
+    def success(self, ref: ModelRef, timing: Timing, duration_ns: int) -> None:
+        super().success(ref, timing, duration_ns)
+        with self._lock:
+            m = self._models[ref.key]
+            prefix = self._prefix(ref, m)
+            self._file.write_value(f'{prefix},"last"]', m.last_inference_ms, 0.0)
+            self._file.write_value(f'{prefix},"inferences"]', m.inference_count, 0.0)
+            self._write_durations(prefix, m, _SUCCESS_DURATIONS)
+
+    def failure(self, ref: ModelRef, duration_ns: int) -> None:
+        super().failure(ref, duration_ns)
+        with self._lock:
+            m = self._models[ref.key]
+            prefix = self._prefix(ref, m)
+            self._file.write_value(f'{prefix},"last"]', m.last_inference_ms, 0.0)
+            self._write_durations(prefix, m, ("fail",))
+
+    def execution(self, ref: ModelRef, rows: int, input_ns: int, infer_ns: int, output_ns: int) -> None:
+        super().execution(ref, rows, input_ns, infer_ns, output_ns)
+        with self._lock:
+            m = self._models[ref.key]
+            prefix = self._prefix(ref, m)
+            self._file.write_value(f'{prefix},"executions"]', m.execution_count, 0.0)
+            self._write_durations(prefix, m.batches[rows], _BATCH_DURATIONS, f",{rows}")
+
+    def records(self, run_id: str = "", version: str = "", name: str = "") -> list[ModelStats]:
+        from prometheus_client.mmap_dict import MmapedDict
+
+        summed: dict[tuple[str, str], ModelStats] = {}
+        for path in glob.glob(os.path.join(self.directory, "stats_*.db")):
+            try:
+                values = list(MmapedDict.read_all_values_from_file(path))
+            except (OSError, struct.error):
+                continue  # a file being created this instant: it holds nothing yet
+            for text, value, _, _ in values:
+                rid, ckpt, model_name, model_version, field_name, *rest = json.loads(text)
+                if (run_id and rid != run_id) or (version and ckpt != version):
+                    continue
+                m = summed.get((rid, ckpt))
+                if m is None:
+                    m = summed[(rid, ckpt)] = ModelStats(model_name, model_version)
+                v = int(value)
+                if field_name == "last":
+                    m.last_inference_ms = max(m.last_inference_ms, v)
+                elif field_name == "inferences":
+                    m.inference_count += v
+                elif field_name == "executions":
+                    m.execution_count += v
+                else:
+                    # rest: [0 (count) or 1 (ns)], and a batch size for a batch's durations
+                    owner: object = m
+                    if len(rest) == 2:
+                        owner = m.batches.get(rest[1]) or m.batches.setdefault(rest[1], _Batch())
+                    d = getattr(owner, field_name)
+                    if rest[0] == 0:
+                        d.count += v
+                    else:
+                        d.ns += v
+        chosen = [m for _, m in sorted(summed.items(), key=lambda kv: (kv[1].name, kv[0]))]
+        for m in chosen:
+            m.name = name or m.name
+        return chosen
+
+
+_SUCCESS_DURATIONS = ("success", "queue", "compute_input", "compute_infer", "compute_output")
+_BATCH_DURATIONS = ("compute_input", "compute_infer", "compute_output")

@@ -32,6 +32,7 @@ class RestServer:
         tls_cert: PEM certificate chain: serve HTTPS.
         tls_key: Its private key.
         tls_client_ca: PEM CA that client certificates must chain to (mutual TLS).
+        reuse_port: Bind with ``SO_REUSEPORT``: the workers of a group share the port.
     """
 
     def __init__(
@@ -42,7 +43,9 @@ class RestServer:
         tls_cert: str = "",
         tls_key: str = "",
         tls_client_ca: str = "",
+        reuse_port: bool = False,
     ) -> None:
+        self.reuse_port = reuse_port
         if bool(tls_cert) != bool(tls_key):
             raise InvalidArgumentError(
                 "TLS needs both tls_cert and tls_key", field="tls_key" if tls_cert else "tls_cert"
@@ -71,7 +74,7 @@ class RestServer:
     async def start(self) -> int:
         """Binds and starts serving; returns the bound port."""
         self.config.load()  # builds the TLS context, so a bad certificate fails here
-        self._socket = sock = self.config.bind_socket()
+        self._socket = sock = self._bind_reuse_port() if self.reuse_port else self.config.bind_socket()
         self.port = sock.getsockname()[1]
         self._task = asyncio.get_running_loop().create_task(self.server.serve(sockets=[sock]))
         while not self.server.started:
@@ -80,6 +83,19 @@ class RestServer:
                 raise RuntimeError("the REST server stopped while starting")
             await asyncio.sleep(0.01)
         return self.port
+
+    def _bind_reuse_port(self) -> socket.socket:
+        # One socket per worker, each accepting its own connections (the kernel spreads them), as
+        # grpc does on the other port; a listening socket shared by every worker would wake them all.
+        family, kind, proto, _, address = socket.getaddrinfo(
+            self.config.host.strip("[]"), self.config.port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+        sock = socket.socket(family, kind, proto)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        sock.bind(address)
+        sock.set_inheritable(True)
+        return sock
 
     async def stop(self, grace_s: float = 5.0) -> None:
         """Stops accepting, lets requests in flight finish for up to ``grace_s``."""
