@@ -4,7 +4,9 @@ The scripts: every example shipped in the installed Ray wheel (``ray/train/examp
 ``ray/tune/examples/**``) and Ray's ``doc/source/{train,tune}/doc_code`` files at the installed
 version's commit, read from a cache folder (``--ray-src`` / ``TRAINWIRE_RAY_SRC``, default
 ``~/.cache/trainwire/ray-src``; ``scripts/fetch_ray_doc_code.sh`` fills it). Ray's files are
-never copied into this repository.
+never copied into this repository. The cache's manifest ``COMMITS.tsv`` (one ``path<TAB>commit``
+line a file) says which commit each file came from; a file that is not at the installed Ray's
+commit has its commit named in its row.
 
 Each script runs as its own process, from a fresh temporary directory (its ``HOME`` too), with a
 timeout that kills its process group: once as is under Ray, once with only its imports rewritten
@@ -13,6 +15,7 @@ to trainwire (``bench/ray_examples/launch.py``). Both runs get the same local da
 
     python bench/ray_examples.py --all --write            # every script, both ways; the table
     python bench/ray_examples.py --all --mode ray --write  # Ray's column only (keeps the other)
+    python bench/ray_examples.py --only doc_code --mode ray --resume  # some scripts (--only implies --all)
     python bench/ray_examples.py --sample 12               # CI: fast scripts that pass under Ray
 
 The table is ``docs/porting/ray-examples.md``. ``--sample N`` picks, deterministically, the N
@@ -40,6 +43,7 @@ TABLE = REPO / "docs" / "porting" / "ray-examples.md"
 DEFAULT_RAY_SRC = Path("~/.cache/trainwire/ray-src").expanduser()
 DEFAULT_DATA = Path("~/.cache/trainwire/ray-examples-data").expanduser()
 RESULTS_NAME = "ray-examples-results.json"
+MANIFEST_NAME = "COMMITS.tsv"
 DOC_CODE_DIRS = ("doc/source/train/doc_code", "doc/source/tune/doc_code")
 WHEEL_DIRS = ("ray/train/examples", "ray/tune/examples")
 
@@ -70,6 +74,7 @@ class Script:
     name: str
     path: Path
     args: list[str]
+    commit: str | None = None  # the Ray commit the file came from, where a manifest says
 
 
 def ray_version() -> tuple[str, str]:
@@ -107,7 +112,43 @@ def script_args(name: str, text: str) -> list[str]:
     return args + EXTRA_ARGS.get(name, [])
 
 
-def discover(ray_src: Path | None) -> list[Script]:
+def read_manifest(path: Path) -> dict[str, str]:
+    """A cache's manifest: repository path -> the commit that file was taken at.
+
+    One ``path<TAB>commit`` line a file; blank lines, ``#`` comments and a header line (any line
+    whose second field is not a commit id) are skipped.
+    """
+    commits: dict[str, str] = {}
+    if not path.is_file():
+        return commits
+    for line in path.read_text().splitlines():
+        fields = line.split("\t")
+        if len(fields) < 2 or line.startswith("#"):
+            continue
+        name, commit = fields[0].strip(), fields[1].strip()
+        if re.fullmatch(r"[0-9a-f]{7,40}", commit):
+            commits[name] = commit
+    return commits
+
+
+def describe_source(ray_src: Path, scripts: list[Script], installed_commit: str) -> str:
+    """Where the doc_code files came from, for the table's opening paragraph."""
+    doc = [s for s in scripts if s.name.startswith("doc/")]
+    known = [s for s in doc if s.commit]
+    if known:
+        other = [s for s in known if s.commit != installed_commit]
+        if not other and len(known) == len(doc):
+            return "at the installed Ray's commit"
+        commits = len({s.commit for s in other})
+        text = f"{len(other)} of them from {commits} other commits of Ray's repository, each named in its row"
+        if len(known) < len(doc):
+            text += f"; {len(doc) - len(known)} of unknown commit"
+        return text
+    source_file = ray_src / "SOURCE"
+    return source_file.read_text().strip() if source_file.exists() else f"from {ray_src}"
+
+
+def discover(ray_src: Path | None, manifest: Path | None = None) -> list[Script]:
     """The wheel's example scripts, then the doc_code files found in the cache (if any)."""
     scripts: list[Script] = []
     site = ray_site_packages()
@@ -117,18 +158,25 @@ def discover(ray_src: Path | None) -> list[Script]:
                 name = path.relative_to(site).as_posix()
                 scripts.append(Script(name, path, script_args(name, path.read_text(errors="replace"))))
     if ray_src is not None:
+        commits = read_manifest(manifest or ray_src / MANIFEST_NAME)
         for folder in DOC_CODE_DIRS:
             for path in sorted((ray_src / folder).glob("*.py")) if (ray_src / folder).is_dir() else []:
                 name = path.relative_to(ray_src).as_posix()
-                scripts.append(Script(name, path, script_args(name, path.read_text(errors="replace"))))
+                args = script_args(name, path.read_text(errors="replace"))
+                scripts.append(Script(name, path, args, commits.get(name)))
     return scripts
 
 
 def make_local_data(data_dir: Path) -> None:
-    """Local copies, of the same schema, of the public S3 files Ray's examples read."""
+    """Local copies, of the same schema, of the public S3 files Ray's examples read.
+
+    One folder a bucket (``air-example-data``, ``ray-example-data``), keys as in the bucket; the
+    hooks map ``s3://[anonymous@]<bucket>/<key>`` to ``<data_dir>/<bucket>/<key>``.
+    """
     import numpy as np
     import pandas as pd
 
+    _make_ray_example_data(data_dir / "ray-example-data")
     root = data_dir / "air-example-data"
     root.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(0)
@@ -153,6 +201,36 @@ def make_local_data(data_dir: Path) -> None:
         frame = load_iris(as_frame=True).frame
         frame.to_csv(iris, index=False)
         frame.to_parquet(root / "iris.parquet", index=False)
+
+
+def _make_ray_example_data(root: Path) -> None:
+    """The ``ray-example-data`` bucket's files that Ray's docs read, in their schema."""
+    import pandas as pd
+    from sklearn.datasets import load_iris
+
+    root.mkdir(parents=True, exist_ok=True)
+    iris = load_iris(as_frame=True)
+    if not (root / "iris.parquet").exists():
+        # The bucket's iris.parquet: dotted feature names and the species name as ``variety``.
+        frame = iris.data.copy()
+        frame.columns = ["sepal.length", "sepal.width", "petal.length", "petal.width"]
+        frame["variety"] = [str(iris.target_names[i]).capitalize() for i in iris.target]
+        frame.to_parquet(root / "iris.parquet", index=False)
+    if not (root / "iris" / "val" / "1.csv").exists():
+        # iris/{train,val}/*.csv: the features and an integer ``target``, split 80/20.
+        frame = iris.frame.sample(frac=1.0, random_state=0).reset_index(drop=True)
+        cut = int(len(frame) * 0.8)
+        for split, part in (("train", frame[:cut]), ("val", frame[cut:])):
+            (root / "iris" / split).mkdir(parents=True, exist_ok=True)
+            part.to_csv(root / "iris" / split / "1.csv", index=False)
+    if not (root / "sms_spam_collection_subset.txt").exists():
+        lines = [f"{'spam' if i % 7 == 0 else 'ham'}\tmessage number {i}" for i in range(200)]
+        (root / "sms_spam_collection_subset.txt").write_text("\n".join(lines) + "\n")
+    if not (root / "dow_jones.csv").exists():
+        days = pd.date_range("2020-01-01", periods=200, freq="D")
+        pd.DataFrame({"Date": days.strftime("%Y-%m-%d"), "Close": [28000.0 + i for i in range(200)]}).to_csv(
+            root / "dow_jones.csv", index=False
+        )
 
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -284,15 +362,17 @@ def render_table(scripts: list[Script], results: dict[str, dict[str, dict]], sou
     """The Markdown page: a summary, then one row per script."""
     version, commit = ray_version()
     rows = []
-    counts = {"ray": 0, "both": 0, "trainwire_only": 0}
+    counts = {kind: {"ray": 0, "both": 0, "trainwire_only": 0, "all": 0} for kind in ("wheel", "doc")}
     for script in scripts:
+        kind = counts["doc" if script.name.startswith("doc/") else "wheel"]
         ray_outcome = results.get(script.name, {}).get("ray")
         tw_outcome = results.get(script.name, {}).get("trainwire")
         ray_res, ray_time = _cell(ray_outcome)
         tw_res, tw_time = _cell(tw_outcome)
-        counts["ray"] += ray_res == "pass"
-        counts["both"] += ray_res == "pass" and tw_res == "pass"
-        counts["trainwire_only"] += ray_res != "pass" and tw_res == "pass"
+        kind["all"] += 1
+        kind["ray"] += ray_res == "pass"
+        kind["both"] += ray_res == "pass" and tw_res == "pass"
+        kind["trainwire_only"] += ray_res != "pass" and tw_res == "pass"
         reasons = []
         if ray_outcome and ray_outcome.get("reason"):
             reasons.append(f"Ray: {ray_outcome['reason']}")
@@ -300,9 +380,19 @@ def render_table(scripts: list[Script], results: dict[str, dict[str, dict]], sou
             reasons.append(f"trainwire: {tw_outcome['reason']}")
         reason = "<br>".join(r.replace("|", "\\|").replace("`", "'") for r in reasons)
         args = " ".join(script.args)
+        if script.commit and script.commit != commit:
+            # Not the installed Ray's file: say which one was run.
+            args = (f"(commit `{script.commit[:10]}`) " + args).strip()
         rows.append(f"| `{script.name}` {args} | {ray_res} | {ray_time} | {tw_res} | {tw_time} | {reason} |")
-    wheel = sum(1 for s in scripts if not s.name.startswith("doc/"))
-    doc = len(scripts) - wheel
+    wheel, doc = counts["wheel"]["all"], counts["doc"]["all"]
+
+    def summary(kind: dict[str, int], what: str) -> list[str]:
+        return [
+            f"**{what}: pass under Ray: {kind['ray']} of {kind['all']}. Of those, pass under trainwire:"
+            f" {kind['both']}.** Pass under trainwire only: {kind['trainwire_only']}.",
+            "",
+        ]
+
     lines = [
         "# Ray's own examples under trainwire",
         "",
@@ -319,12 +409,12 @@ def render_table(scripts: list[Script], results: dict[str, dict[str, dict]], sou
         "under Ray here says the script needs more than this machine gave it, not that Ray fails it.",
         "",
         "Regenerate the whole table: `python bench/ray_examples.py --all --write`",
-        "(`--ray-src DIR` or `TRAINWIRE_RAY_SRC` names the doc_code cache; `scripts/fetch_ray_doc_code.sh` fills it).",
+        "(`--ray-src DIR` or `TRAINWIRE_RAY_SRC` names the doc_code cache; `scripts/fetch_ray_doc_code.sh` fills it,",
+        "from Ray's git repository or, with `--from-dir DIR`, from a folder of Ray's files and its `COMMITS.tsv`).",
         "CI runs a sample: `python bench/ray_examples.py --sample 12` (`tests/e2e/test_ray_examples_sample.py`).",
         "",
-        f"**Pass under Ray: {counts['ray']} of {len(scripts)}. Of those, pass under trainwire: {counts['both']}.**",
-        f"Pass under trainwire only: {counts['trainwire_only']}.",
-        "",
+        *summary(counts["wheel"], "The wheel's examples"),
+        *(summary(counts["doc"], "The doc_code files") if doc else []),
         "The reason is the last exception line of the failing run's output.",
         "",
         "| script | under Ray | time | under trainwire | time | reason |",
@@ -384,12 +474,14 @@ def pick_sample(scripts: list[Script], table: dict[str, dict[str, Outcome]], n: 
 def main(argv: list[str] | None = None) -> int:
     """The command line: ``--all`` (with ``--write``) or ``--sample N``."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    what = parser.add_mutually_exclusive_group(required=True)
+    what = parser.add_mutually_exclusive_group()
     what.add_argument("--all", action="store_true", help="run every script")
     what.add_argument("--sample", type=int, metavar="N", help="run N fast scripts that pass under Ray, under trainwire")
     what.add_argument("--list", action="store_true", help="list the scripts and their arguments")
     parser.add_argument("--mode", choices=("both", "ray", "trainwire"), default="both")
-    parser.add_argument("--only", action="append", default=[], help="run scripts whose name contains this (repeatable)")
+    parser.add_argument(
+        "--only", action="append", default=[], help="run scripts whose name contains this (repeatable; implies --all)"
+    )
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds per script and mode")
     parser.add_argument(
         "--budget-s", type=float, default=600.0, help="--sample: total seconds (from the table's times)"
@@ -397,18 +489,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--write", action="store_true", help="write docs/porting/ray-examples.md")
     parser.add_argument("--resume", action="store_true", help="skip scripts that already have a result in this mode")
     parser.add_argument("--ray-src", type=Path, default=Path(os.environ.get("TRAINWIRE_RAY_SRC", DEFAULT_RAY_SRC)))
+    parser.add_argument(
+        "--manifest", type=Path, default=None, help=f"path<TAB>commit lines (default: <ray-src>/{MANIFEST_NAME})"
+    )
     parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA)
     parser.add_argument("--logs", type=Path, default=None, help="keep each run's output here")
     parser.add_argument("--wheel-only", action="store_true", help="leave out the doc_code files")
     args = parser.parse_args(argv)
+    if not (args.all or args.sample is not None or args.list):
+        if not args.only:
+            parser.error("one of --all, --sample, --list or --only is required")
+        args.all = True
 
     ray_src = None if args.wheel_only or not args.ray_src.is_dir() else args.ray_src
-    scripts = discover(ray_src)
-    source_file = args.ray_src / "SOURCE"
+    scripts = discover(ray_src, args.manifest)
     if ray_src is None:
         source = "absent here: none of them ran" if not args.wheel_only else "left out (--wheel-only)"
     else:
-        source = source_file.read_text().strip() if source_file.exists() else f"from {ray_src}"
+        source = describe_source(ray_src, scripts, ray_version()[1])
     if args.list:
         for script in scripts:
             print(script.name, " ".join(script.args))

@@ -13,7 +13,8 @@ nothing else. Line numbers are kept, so tracebacks point at Ray's source.
 
 Downloads are replaced by local data of the same shape: torchvision's MNIST / FashionMNIST /
 CIFAR datasets, Keras' ``mnist`` / ``fashion_mnist`` / ``cifar10`` ``load_data``, and
-``ray.data.read_*`` of ``s3://anonymous@air-example-data/...`` (files the runner writes).
+``ray.data.read_*`` and ``pandas.read_*`` of ``s3://[anonymous@]<bucket>/...`` for Ray's example
+buckets (``air-example-data``, ``ray-example-data``: files the runner writes).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ DATA_ENV = "TRAINWIRE_RAY_EXAMPLES_DATA"
 MODE_ENV = "TRAINWIRE_RAY_EXAMPLES_MODE"
 MAPPED = ("train", "tune", "air")  # ray.<name> -> trainwire.<name>
 MAPPED_FUNCTIONS = ("init", "shutdown")  # ray.<name>() -> trainwire.<name>()
-S3_PREFIXES = ("s3://anonymous@air-example-data/", "s3://air-example-data/")
+EXAMPLE_BUCKETS = ("air-example-data", "ray-example-data")  # Ray's public buckets of example data
 FAKE_SIZES = {"train": 1024, "test": 256}
 
 
@@ -223,15 +224,19 @@ def _patch_keras_dataset(shape: tuple[int, ...], seed: int) -> Callable[[Any], N
 
 
 def local_path(path: Any, data_dir: str) -> Any:
-    """``s3://anonymous@air-example-data/<key>`` -> ``<data_dir>/air-example-data/<key>`` when present."""
+    """``s3://[anonymous@]<bucket>/<key>`` -> ``<data_dir>/<bucket>/<key>`` when present.
+
+    Only Ray's example buckets are mapped, and only to files the runner wrote: any other path
+    goes to the reader as given.
+    """
     if isinstance(path, (list, tuple)):
         return type(path)(local_path(p, data_dir) for p in path)
-    if isinstance(path, str):
-        for prefix in S3_PREFIXES:
-            if path.startswith(prefix):
-                local = os.path.join(data_dir, "air-example-data", path[len(prefix) :])
-                if os.path.exists(local):
-                    return local
+    if isinstance(path, str) and path.startswith("s3://"):
+        bucket, _, key = path[len("s3://") :].removeprefix("anonymous@").partition("/")
+        if bucket in EXAMPLE_BUCKETS:
+            local = os.path.join(data_dir, bucket, key)
+            if os.path.exists(local):
+                return local
     return path
 
 
@@ -254,9 +259,29 @@ def _patch_ray_data(module: Any) -> None:
         setattr(module, name, wrapper)
 
 
+PANDAS_READERS = ("read_csv", "read_parquet", "read_json", "read_table")
+
+
+def _patch_pandas(module: Any) -> None:
+    # pandas reads s3:// through s3fs (not installed, and no network here): the same local copies.
+    data_dir = os.environ[DATA_ENV]
+    for name in PANDAS_READERS:
+        original = getattr(module, name, None)
+        if original is None:
+            continue
+
+        def wrapper(path: Any, *args: Any, _original: Any = original, **kwargs: Any) -> Any:
+            return _original(local_path(path, data_dir), *args, **kwargs)
+
+        wrapper.__name__ = name
+        wrapper.__doc__ = original.__doc__
+        setattr(module, name, wrapper)
+
+
 POST_IMPORT: dict[str, Callable[[Any], None]] = {
     "torchvision.datasets": _patch_torchvision,
     "ray.data": _patch_ray_data,
+    "pandas": _patch_pandas,
     "keras.src.datasets.mnist": _patch_keras_dataset((28, 28), 30),
     "keras.src.datasets.fashion_mnist": _patch_keras_dataset((28, 28), 31),
     "keras.src.datasets.cifar10": _patch_keras_dataset((32, 32, 3), 32),
