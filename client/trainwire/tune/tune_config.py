@@ -62,7 +62,9 @@ class TuneConfig:
                 continue
             # As Ray: the metric and mode are given once, to TuneConfig or to the part.
             for attr in ("metric", "mode"):
-                if getattr(self, attr) is not None and getattr(part, attr) is not None:
+                # A multi-objective searcher's lists are its own: TuneConfig's metric then ranks results only.
+                own = getattr(part, attr)
+                if getattr(self, attr) is not None and own is not None and not isinstance(own, list):
                     raise InvalidArgumentError(
                         f"{attr} is given to both TuneConfig and its {name}: give it to one of them",
                         field=f"tune_config.{name}.{attr}",

@@ -59,7 +59,8 @@ def make_plan(request: tune_pb2.TuneRequest) -> Plan:
         raise InvalidArgumentError("max_concurrent_trials must be >= 0", field="tune_config.max_concurrent_trials")
     if not math.isfinite(config.time_budget_s) or config.time_budget_s < 0:
         raise InvalidArgumentError("time_budget_s must be >= 0", field="tune_config.time_budget_s")
-    needs_metric = scheduler_spec.name not in ("", "fifo", "pbt_replay") or alg.name == "optuna"
+    # A multi-objective OptunaSearch names its metrics itself (TuneConfig's metric then only ranks results).
+    needs_metric = scheduler_spec.name not in ("", "fifo", "pbt_replay") or (alg.name == "optuna" and not alg.metrics)
     owners = (("scheduler", scheduler_spec.metric, scheduler_spec.mode), ("search_alg", alg.metric, alg.mode))
     for owner, own_metric, own_mode in owners:
         if own_metric and metric and own_metric != metric:
@@ -96,11 +97,13 @@ def make_plan(request: tune_pb2.TuneRequest) -> Plan:
 
 
 def carries_code(request: tune_pb2.TuneRequest) -> bool:
-    """Whether the search sends code to run: its trainer's, or a sample_from function."""
+    """Whether the search sends code to run: its trainer's, a stopper, PBT's functions, a define-by-run
+    space or a sample_from function."""
     return (
         carried_code(request.trainer)
         or bool(request.pickled_stopper)
         or bool(request.tune_config.scheduler.pickled_code)
+        or bool(request.tune_config.search_alg.pickled_space)
         or any(p.domain.sampler == "sample_from" for p in request.search_space)
     )
 
@@ -119,6 +122,12 @@ def check_access(request: tune_pb2.TuneRequest, caller: Caller, allow_pickled_co
             "this coordinator does not accept pickled code: PBT's functions need it; give lists or search domains",
             field="tune_config.scheduler.pickled_code",
         )
+    if request.tune_config.search_alg.pickled_space and not allow_pickled_code:
+        raise PermissionDeniedError(
+            "this coordinator does not accept pickled code: OptunaSearch's define-by-run space needs it; "
+            "give a dict of search domains",
+            field="tune_config.search_alg.pickled_space",
+        )
     for i, param in enumerate(request.search_space):
         if param.domain.sampler == "sample_from" and not allow_pickled_code:
             raise PermissionDeniedError(
@@ -131,7 +140,8 @@ async def check_first_trial(request: tune_pb2.TuneRequest, checks: FitChecks) ->
     """Checks the trainer as the first trial would run it: bad input before anything is recorded."""
     plan = await asyncio.to_thread(make_plan, request)  # its own: the check's suggestion is no trial
     try:
-        values = plan.searcher.suggest(0) if plan.searcher.total != 0 else {}
+        # A define-by-run space is the user's code: it runs in the search's actor, not at the request.
+        values = plan.searcher.suggest(0) if plan.searcher.total != 0 and not plan.searcher.remote else {}
     except Exception as exc:  # the algorithm refused the request's space: the caller's input
         raise library_error(plan.searcher.display_name, exc, SEARCHER_FIELD, started=False) from exc
     config = merge_dicts(plan.space.constants, nest(values or {}))

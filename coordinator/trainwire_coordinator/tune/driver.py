@@ -129,6 +129,8 @@ class TuneDriver:
             explorer = getattr(self.sched, "explorer", None)
             if explorer is not None and self.tune.state not in TUNE_ACTIVE:
                 explorer.close()
+            if self.tune.state not in TUNE_ACTIVE:
+                self.plan.searcher.close()
 
     def _active(self) -> list[tune_pb2.Trial]:
         return [t for t in self.tune.trials if t.state not in TERMINAL]
@@ -213,7 +215,7 @@ class TuneDriver:
             return None
         index = len(self.tune.trials)
         try:
-            values = self.plan.searcher.suggest(index)
+            values = await self.plan.searcher.asuggest(index)
         except Exception as exc:  # the search ends FAILED naming its algorithm (main's handler)
             raise library_error(self.plan.searcher.display_name, exc, SEARCHER_FIELD, started=True) from exc
         if values is None:
@@ -624,9 +626,15 @@ class TuneDriver:
 
     def tell_searcher(self, trial: tune_pb2.Trial) -> None:
         """Tells the search algorithm how an ended trial did (a failed one: no value)."""
-        value = self.last_value(trial) if trial.state != common_pb2.FAILED else None
+        failed = trial.state == common_pb2.FAILED
+        value = self.last_value(trial) if not failed else None
+        # Only a multi-objective searcher reads the whole result (a conversion per ended trial otherwise spared).
+        wants = bool(self.tune.request.tune_config.search_alg.metrics)
+        result = struct_to_dict(trial.last_result) if wants and not failed else None
         try:
-            self.plan.searcher.on_complete(trial.index, flatten(struct_to_dict(trial.config)), value)
+            self.plan.searcher.on_complete(
+                trial.index, flatten(struct_to_dict(trial.config)), value, result=result, error=failed
+            )
         except Exception as exc:  # called from the run's event stream: it must not raise into it
             error = library_error(self.plan.searcher.display_name, exc, SEARCHER_FIELD, started=True)
             self._library_failed(error, act=True)

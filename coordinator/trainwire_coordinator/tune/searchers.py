@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import abc
+import inspect
+import json
+import logging
 import math
 from typing import Any
 
 import numpy as np
 
-from trainwire_coordinator.tune.space import Param, SearchSpace, flatten
+from trainwire_coordinator.tune.space import Param, SearchSpace, check_path, flatten
 from trainwire_core.errors import FailedPreconditionError, InvalidArgumentError, TrainwireError
 from trainwire_core.structs import struct_to_dict
 from trainwire_core.v1 import tune_pb2
+
+logger = logging.getLogger(__name__)
 
 Values = dict[tuple[str, ...], Any]
 
@@ -48,12 +53,37 @@ class Searcher(abc.ABC):
     # Ray's class name, for messages that name the algorithm.
     display_name = "Searcher"
 
+    # Whether suggestions come from an actor (RemoteSearcher): a request's checks then suggest nothing.
+    remote = False
+
     @abc.abstractmethod
     def suggest(self, index: int) -> Values | None:
         """The values of trial ``index`` (``sample_from`` ones excluded), or None when the search is done."""
 
-    def on_complete(self, index: int, values: Values, value: float | None) -> None:  # noqa: B027 - optional hook
-        """Trial ``index`` ended with ``value`` of the search's metric (None: it failed or never reported it)."""
+    async def asuggest(self, index: int) -> Values | None:
+        """``suggest``, for the search's driver (a RemoteSearcher awaits its actor)."""
+        return self.suggest(index)
+
+    def on_complete(  # noqa: B027 - optional hook
+        self,
+        index: int,
+        values: Values,
+        value: float | None,
+        result: dict[str, Any] | None = None,
+        error: bool = False,
+    ) -> None:
+        """Trial ``index`` ended with ``value`` of the search's metric (None: it failed or never reported it).
+
+        Args:
+            index: The trial.
+            values: Its parameters, by path.
+            value: The search metric's value in its last result.
+            result: Its last result (multi-objective searchers read their metrics there).
+            error: Whether it failed.
+        """
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Releases what the searcher holds (an actor)."""
 
 
 def planned_trials(num_samples: int, space: SearchSpace) -> int | None:
@@ -104,15 +134,67 @@ class VariantGenerator(Searcher):
         return values
 
 
+class _SuggestCaptor:
+    """An optuna Trial whose ``suggest_*`` calls are recorded by name, as Ray's ``_OptunaTrialSuggestCaptor``."""
+
+    def __init__(self, trial: Any) -> None:
+        self.trial = trial
+        self.captured: dict[str, Any] = {}
+
+    def __getattr__(self, name: str) -> Any:
+        item = getattr(self.trial, name)
+        if not (name.startswith("suggest_") and callable(item)):
+            return item
+        signature = inspect.signature(item)
+
+        def capture(*args: Any, **kwargs: Any) -> Any:
+            bound = signature.bind_partial(*args, **kwargs)
+            if "name" not in bound.arguments:
+                raise ValueError("missing required argument: name")
+            value = item(*args, **kwargs)
+            self.captured[bound.arguments["name"]] = value
+            return value
+
+        return capture
+
+
+def _objective_directions(alg: tune_pb2.SearchAlgorithm, mode: str) -> dict[str, Any]:
+    """create_study's direction (one metric) or directions (Ray's multi-objective metric and mode lists)."""
+    if alg.metrics:
+        return {"directions": ["maximize" if m == "max" else "minimize" for m in alg.modes]}
+    return {"direction": "maximize" if mode == "max" else "minimize"}
+
+
 class OptunaSearcher(Searcher):
     """Optuna's TPE over the space (Ray's OptunaSearch), with the search's metric and mode.
 
+    With ``function`` (Ray's define-by-run space: a function of an optuna Trial), the function
+    asks for each trial's values; the searcher then runs in an actor (``RemoteSearcher``), never in
+    the coordinator's process. With ``alg.metrics`` the study optimizes every metric at once
+    (Ray's multi-objective ``metric=[...]``, ``mode=[...]``).
+
     A coordinator that takes a search over rebuilds the study from the trials that ended.
+
+    Args:
+        space: The request's searched parameters (none when ``function`` is given).
+        num_samples: TuneConfig.num_samples.
+        alg: The request's search algorithm.
+        mode: The search's mode ("min" or "max"; multi-objective: ``alg.modes``).
+        function: A define-by-run function, unpickled.
+        prefix: The keys a define-by-run parameter's name is under (a function trainable's config).
     """
 
     display_name = "OptunaSearch"
 
-    def __init__(self, space: SearchSpace, num_samples: int, alg: tune_pb2.SearchAlgorithm, mode: str) -> None:
+    def __init__(
+        self,
+        space: SearchSpace,
+        num_samples: int,
+        alg: tune_pb2.SearchAlgorithm,
+        mode: str,
+        function: Any = None,
+        prefix: tuple[str, ...] = (),
+    ) -> None:
         import optuna
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -124,7 +206,8 @@ class OptunaSearcher(Searcher):
                     "loguniform, randint and their q forms, or the default search",
                     field=f"{param.field}.domain.sampler",
                 )
-        self.space = space
+        self.space, self.function, self.prefix = space, function, prefix
+        self.metrics = list(alg.metrics)
         self.total = planned_trials(num_samples, space)
         self.max_concurrent = alg.max_concurrent
         self.distributions = {p.name: _distribution(optuna, p) for p in space.params}
@@ -135,13 +218,25 @@ class OptunaSearcher(Searcher):
                 f"OptunaSearch's seed must be between 0 and 2**32 - 1 (Optuna's range), got {seed}",
                 field=f"{SEARCHER_FIELD}.seed",
             )
+        # As Ray's _setup_study: TPE (single- and multi-objective), no pruner.
         self.study = optuna.create_study(
-            direction="maximize" if mode == "max" else "minimize",
             sampler=optuna.samplers.TPESampler(seed=seed),
+            pruner=optuna.pruners.NopPruner(),
+            study_name="optuna",
+            **_objective_directions(alg, mode),
         )
-        for point in _points(alg, space):
-            self.study.enqueue_trial({"/".join(path): self._encode(path, v) for path, v in point.items()})
+        if function is None:
+            for point in _points(alg, space):
+                self.study.enqueue_trial({"/".join(path): self._encode(path, v) for path, v in point.items()})
+        else:  # a define-by-run space's points are keyed by its parameters' names
+            for point in alg.points_to_evaluate:
+                values = flatten(struct_to_dict(point))
+                self.study.enqueue_trial({"/".join(path[len(prefix) :]): v for path, v in values.items()})
         self.pending: dict[int, Any] = {}
+        # Define-by-run: the distributions its trials asked for (a taken-over search's ended trials
+        # are told once they are known, at the next suggestion).
+        self.seen: dict[str, Any] = {}
+        self.untold: list[tuple[Values, Any, bool]] = []
 
     def _param(self, path: tuple[str, ...]) -> Param:
         return next(p for p in self.space.params if p.path == path)
@@ -162,29 +257,84 @@ class OptunaSearcher(Searcher):
     def suggest(self, index: int) -> Values | None:
         if self.total is not None and index >= self.total:
             return None
-        trial = self.study.ask(self.distributions)
+        if self.function is None:
+            trial = self.study.ask(self.distributions)
+            self.pending[index] = trial
+            return {p.path: self._decode(p, trial.params[p.name]) for p in self.space.params}
+        trial = self.study.ask()
+        captor = _SuggestCaptor(trial)
+        returned = self.function(captor)
+        if returned is not None and not isinstance(returned, dict):  # Ray's TypeErrors, word for word
+            raise TypeError(
+                "The return value of the define-by-run function passed in the `space` argument should be "
+                f"either None or a `dict` with `str` keys. Got {type(returned)}."
+            )
+        if returned is not None and not all(isinstance(k, str) for k in returned):
+            raise TypeError(
+                "At least one of the keys in the dict returned by the define-by-run function passed in the "
+                "`space` argument was not a `str`."
+            )
         self.pending[index] = trial
-        return {p.path: self._decode(p, trial.params[p.name]) for p in self.space.params}
+        self.seen.update(trial.distributions)
+        untold, self.untold = self.untold, []
+        for values, objective, error in untold:
+            self._add_finished(values, objective, error)
+        params = {**captor.captured, **(returned or {})}
+        return {(*self.prefix, *name.split("/")): value for name, value in params.items()}
 
-    def on_complete(self, index: int, values: Values, value: float | None) -> None:
-        state = self.optuna.trial.TrialState
-        ok = value is not None and math.isfinite(value)
+    def _objective(self, value: float | None, result: dict[str, Any] | None) -> Any:
+        """The value(s) Optuna is told: the metric's, or each metric's (None: not all finite)."""
+        if not self.metrics:
+            return value if value is not None and math.isfinite(value) else None
+        values = [(result or {}).get(m) for m in self.metrics]
+        if all(isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) for v in values):
+            return [float(v) for v in values]
+        return None
+
+    def on_complete(
+        self,
+        index: int,
+        values: Values,
+        value: float | None,
+        result: dict[str, Any] | None = None,
+        error: bool = False,
+    ) -> None:
+        objective = self._objective(value, result)
         trial = self.pending.pop(index, None)
         if trial is not None:
-            self.study.tell(trial, value if ok else None, state=state.COMPLETE if ok else state.FAIL)
+            self.study.tell(trial, objective, state=self._state(objective, error))
             return
         # Suggested by a coordinator before this one: told as a finished trial of the same values.
+        if self.function is not None and not self.seen:
+            self.untold.append((values, objective, error))
+            return
+        self._add_finished(values, objective, error)
+
+    def _state(self, objective: Any, error: bool) -> Any:
+        # As Ray's on_trial_complete: no value is a failure when the trial errored, else pruned.
+        state = self.optuna.trial.TrialState
+        return state.COMPLETE if objective is not None else state.FAIL if error else state.PRUNED
+
+    def _add_finished(self, values: Values, objective: Any, error: bool) -> None:
         try:
-            params = {"/".join(path): self._encode(path, v) for path, v in values.items()}
+            if self.function is None:
+                params = {"/".join(path): self._encode(path, v) for path, v in values.items()}
+                distributions = self.distributions
+            else:
+                named = {"/".join(path[len(self.prefix) :]): v for path, v in values.items()}
+                params = {k: v for k, v in named.items() if k in self.seen}
+                distributions = {k: self.seen[k] for k in params}
+            many = isinstance(objective, list)
             self.study.add_trial(
                 self.optuna.trial.create_trial(
                     params=params,
-                    distributions=self.distributions,
-                    value=value if ok else None,
-                    state=state.COMPLETE if ok else state.FAIL,
+                    distributions=distributions,
+                    value=None if many else objective,
+                    values=objective if many else None,
+                    state=self._state(objective, error),
                 )
             )
-        except ValueError:  # values outside today's distributions: nothing to learn from
+        except (ValueError, KeyError, StopIteration):  # values outside today's distributions: nothing to learn
             pass
 
 
@@ -203,14 +353,201 @@ def _distribution(optuna: Any, p: Param) -> Any:
     return dist.IntDistribution(int(d.lower), int(d.upper) - (p.sampler == "lograndint"), log=True)
 
 
+SPACE_FIELD = f"{SEARCHER_FIELD}.pickled_space"
+
+
+class SearcherHost:
+    """Holds a define-by-run OptunaSearch on the cluster (a Ray actor of no CPU): the user's function runs here.
+
+    It answers JSON, never raises: the coordinator unpickles nothing a user's code made.
+
+    Args:
+        request: A TuneRequest without its trainer's content (its kind is kept), serialized.
+        mode: The search's mode.
+    """
+
+    def __init__(self, request: bytes, mode: str) -> None:
+        self.error = ""
+        self.searcher: OptunaSearcher | None = None
+        try:
+            import cloudpickle
+
+            tune_request = tune_pb2.TuneRequest.FromString(request)
+            alg = tune_request.tune_config.search_alg
+            prefix = ("train_loop_config",) if tune_request.function_trainable else ()
+            function = cloudpickle.loads(alg.pickled_space)
+            space = SearchSpace(tune_request)
+            self.searcher = OptunaSearcher(space, tune_request.tune_config.num_samples, alg, mode, function, prefix)
+        except Exception as exc:  # told to the coordinator at its first suggestion
+            self.error = f"could not be set up: {type(exc).__name__}: {exc}"
+
+    def suggest(self, index: int) -> str:
+        """``{"values": [[path, value], ...]}``, ``{"done": true}`` or ``{"error": message}``, as JSON."""
+        if self.error or self.searcher is None:
+            return json.dumps({"error": self.error})
+        try:
+            values = self.searcher.suggest(index)
+        except Exception as exc:
+            return json.dumps({"error": f"raised {type(exc).__name__}: {exc}"})
+        if values is None:
+            return json.dumps({"done": True})
+        try:
+            return json.dumps({"values": [[list(path), value] for path, value in values.items()]}, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            return json.dumps({"error": f"suggested a value that is not JSON: {exc}"})
+
+    def on_complete(self, index: int, values: str, value: float | None, result: str, error: bool) -> None:
+        """Tells the study how trial ``index`` ended; what this raises is told at the next suggestion."""
+        if self.searcher is None:
+            return
+        try:
+            flat = {tuple(path): v for path, v in json.loads(values)}
+            self.searcher.on_complete(index, flat, value, json.loads(result), error)
+        except Exception as exc:
+            self.error = f"raised {type(exc).__name__} when told of trial {index}: {exc}"
+
+
+class RemoteSearcher(Searcher):
+    """A searcher whose study runs in an actor (``SearcherHost``): suggestions are awaited.
+
+    Args:
+        request: The Tune request (its trainer's content stays here).
+        mode: The search's mode.
+        total: Trials in all (None: until the time budget runs out).
+    """
+
+    display_name = "OptunaSearch"
+    remote = True
+
+    def __init__(self, request: tune_pb2.TuneRequest, mode: str, total: int | None) -> None:
+        light = tune_pb2.TuneRequest()
+        light.CopyFrom(request)
+        kind = request.trainer.WhichOneof("trainer")
+        light.ClearField("trainer")
+        if kind:
+            getattr(light.trainer, kind).SetInParent()  # the space's checks read the trainer's kind only
+        self.request, self.mode, self.kind = light.SerializeToString(), mode, kind
+        self.total, self.max_concurrent = total, request.tune_config.search_alg.max_concurrent
+        self._actor: Any = None
+
+    @property
+    def actor(self) -> Any:
+        # Made on first use: a request's checks build a plan too, and suggest nothing from it.
+        if self._actor is None:
+            import ray
+
+            host = ray.remote(num_cpus=0, max_restarts=0, max_task_retries=0)(SearcherHost)
+            self._actor = host.remote(self.request, self.mode)
+        return self._actor
+
+    def suggest(self, index: int) -> Values | None:
+        raise NotImplementedError("a RemoteSearcher's suggestions are awaited: asuggest")
+
+    async def asuggest(self, index: int) -> Values | None:
+        import ray
+
+        if self.total is not None and index >= self.total:
+            return None
+        try:
+            answer = json.loads(await self.actor.suggest.remote(index))
+        except ray.exceptions.RayActorError as exc:  # its process died
+            raise FailedPreconditionError(
+                f"OptunaSearch's define-by-run space could not run: {exc}", field=SPACE_FIELD
+            ) from None
+        if "error" in answer:
+            raise FailedPreconditionError(f"OptunaSearch's define-by-run space {answer['error']}", field=SPACE_FIELD)
+        if answer.get("done"):
+            return None
+        values = {tuple(path): value for path, value in answer["values"]}
+        for path in values:
+            try:
+                check_path(path, SPACE_FIELD, self.kind == "data_parallel", self.kind == "gbdt")
+            except InvalidArgumentError as exc:
+                name = "/".join(path)
+                raise FailedPreconditionError(
+                    f"OptunaSearch's define-by-run space suggested {name!r}: {exc.message}", field=SPACE_FIELD
+                ) from None
+        return values
+
+    def on_complete(
+        self,
+        index: int,
+        values: Values,
+        value: float | None,
+        result: dict[str, Any] | None = None,
+        error: bool = False,
+    ) -> None:
+        # Submitted in order (one caller, one actor); not awaited: a failure shows at the next suggestion.
+        flat = json.dumps([[list(path), v] for path, v in values.items()])
+        self.actor.on_complete.remote(index, flat, value, json.dumps(result or {}), error)
+
+    def close(self) -> None:
+        if self._actor is None:
+            return
+        import ray
+
+        try:
+            ray.kill(self._actor, no_restart=True)
+        except Exception:  # already gone (Ray shut down with the coordinator)
+            logger.debug("the searcher's actor was already gone", exc_info=True)
+
+
+def _check_objectives(alg: tune_pb2.SearchAlgorithm) -> None:
+    """Multi-objective metric and mode lists, as Ray's OptunaSearch takes them."""
+    if not alg.metrics and not alg.modes:
+        return
+    field = f"{SEARCHER_FIELD}.metrics"
+    if (alg.name or "variant_generator") != "optuna":
+        raise InvalidArgumentError("only OptunaSearch optimizes several metrics", field=field)
+    if alg.metric or alg.mode:
+        raise InvalidArgumentError(
+            "a multi-objective search gives its metrics and modes as lists only", field=f"{SEARCHER_FIELD}.metric"
+        )
+    if not alg.metrics:
+        # Ray's _setup_study: a mode list needs its metrics.
+        raise InvalidArgumentError(
+            "If ``mode`` is a list (multi-objective optimization case), ``metric`` must be defined.", field=field
+        )
+    if len(alg.metrics) != len(alg.modes):
+        raise InvalidArgumentError(
+            f"{len(alg.metrics)} metrics but {len(alg.modes)} modes: give one mode per metric",
+            field=f"{SEARCHER_FIELD}.modes",
+        )
+    for i, (metric, mode) in enumerate(zip(alg.metrics, alg.modes, strict=True)):
+        if not metric:
+            raise InvalidArgumentError("a metric name is empty", field=f"{field}[{i}]")
+        if mode not in ("min", "max"):
+            raise InvalidArgumentError(
+                f"mode must be 'min' or 'max', got {mode!r}", field=f"{SEARCHER_FIELD}.modes[{i}]"
+            )
+    if len(set(alg.metrics)) != len(alg.metrics):
+        raise InvalidArgumentError("a metric is given twice", field=field)
+
+
 def make_searcher(request: tune_pb2.TuneRequest, space: SearchSpace, mode: str) -> Searcher:
     """The request's search algorithm (default: BasicVariantGenerator)."""
     alg = request.tune_config.search_alg
     if alg.max_concurrent < 0:
         raise InvalidArgumentError("max_concurrent must be >= 0", field="tune_config.search_alg.max_concurrent")
     name = alg.name or "variant_generator"
+    _check_objectives(alg)
+    if alg.pickled_space and name != "optuna":
+        raise InvalidArgumentError("only OptunaSearch takes a define-by-run space", field=SPACE_FIELD)
     if name == "variant_generator":
         return VariantGenerator(space, request.tune_config.num_samples, alg)
+    if name == "optuna" and alg.pickled_space:
+        if space.params:
+            # As Ray's tune.run when the searcher holds its own space.
+            raise InvalidArgumentError(
+                "You passed a `param_space` parameter to `tune.Tuner()` with unresolved parameters, but the "
+                "search algorithm was already instantiated with a search space. Make sure that `config` does not "
+                "contain any more parameter definitions - include them in the search algorithm's search space "
+                "if necessary.",
+                field=f"{space.params[0].field}",
+            )
+        if alg.max_concurrent < 0:
+            raise InvalidArgumentError("max_concurrent must be >= 0", field=f"{SEARCHER_FIELD}.max_concurrent")
+        return RemoteSearcher(request, mode, planned_trials(request.tune_config.num_samples, space))
     if name == "optuna":
         try:
             return OptunaSearcher(space, request.tune_config.num_samples, alg, mode)

@@ -84,7 +84,7 @@ def _check(param: tune_pb2.SearchParam, i: int, data_parallel: bool, gbdt: bool)
     path = tuple(param.path)
     if not path or any(not part for part in path):
         raise InvalidArgumentError("a searched parameter needs a path of non-empty keys", field=f"{field}.path")
-    _check_path(path, f"{field}.path", data_parallel, gbdt)
+    check_path(path, f"{field}.path", data_parallel, gbdt)
     d = param.domain
     sampler = d.sampler
     if sampler not in SAMPLERS:
@@ -118,7 +118,8 @@ def _check(param: tune_pb2.SearchParam, i: int, data_parallel: bool, gbdt: bool)
     return Param(path, d, field)
 
 
-def _check_path(path: Sequence[str], field: str, data_parallel: bool, gbdt: bool) -> None:
+def check_path(path: Sequence[str], field: str, data_parallel: bool, gbdt: bool) -> None:
+    """Refuses a searched path no trainer of this kind takes (InvalidArgumentError naming ``field``)."""
     root = path[0]
     if root not in ROOTS:
         raise InvalidArgumentError(
@@ -150,7 +151,7 @@ class SearchSpace:
         for key, value in self.constants.items():
             keys = [(key, sub) for sub in value] if key == "scaling_config" and isinstance(value, dict) else [(key,)]
             for path in keys:
-                _check_path(path, "param_space." + ".".join(path), data_parallel, gbdt)
+                check_path(path, "param_space." + ".".join(path), data_parallel, gbdt)
         self.params = [_check(p, i, data_parallel, gbdt) for i, p in enumerate(request.search_space)]
         seen: set[tuple[str, ...]] = set()
         for param in self.params:

@@ -67,20 +67,26 @@ class TrialScheduler(_message.Message):
     def __init__(self, name: _Optional[str] = ..., time_attr: _Optional[str] = ..., max_t: _Optional[float] = ..., grace_period: _Optional[float] = ..., reduction_factor: _Optional[float] = ..., brackets: _Optional[int] = ..., metric: _Optional[str] = ..., mode: _Optional[str] = ..., options: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., pickled_code: _Optional[bytes] = ...) -> None: ...
 
 class SearchAlgorithm(_message.Message):
-    __slots__ = ("name", "seed", "max_concurrent", "metric", "mode", "points_to_evaluate")
+    __slots__ = ("name", "seed", "max_concurrent", "metric", "mode", "points_to_evaluate", "pickled_space", "metrics", "modes")
     NAME_FIELD_NUMBER: _ClassVar[int]
     SEED_FIELD_NUMBER: _ClassVar[int]
     MAX_CONCURRENT_FIELD_NUMBER: _ClassVar[int]
     METRIC_FIELD_NUMBER: _ClassVar[int]
     MODE_FIELD_NUMBER: _ClassVar[int]
     POINTS_TO_EVALUATE_FIELD_NUMBER: _ClassVar[int]
+    PICKLED_SPACE_FIELD_NUMBER: _ClassVar[int]
+    METRICS_FIELD_NUMBER: _ClassVar[int]
+    MODES_FIELD_NUMBER: _ClassVar[int]
     name: str
     seed: int
     max_concurrent: int
     metric: str
     mode: str
     points_to_evaluate: _containers.RepeatedCompositeFieldContainer[_struct_pb2.Struct]
-    def __init__(self, name: _Optional[str] = ..., seed: _Optional[int] = ..., max_concurrent: _Optional[int] = ..., metric: _Optional[str] = ..., mode: _Optional[str] = ..., points_to_evaluate: _Optional[_Iterable[_Union[_struct_pb2.Struct, _Mapping]]] = ...) -> None: ...
+    pickled_space: bytes
+    metrics: _containers.RepeatedScalarFieldContainer[str]
+    modes: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, name: _Optional[str] = ..., seed: _Optional[int] = ..., max_concurrent: _Optional[int] = ..., metric: _Optional[str] = ..., mode: _Optional[str] = ..., points_to_evaluate: _Optional[_Iterable[_Union[_struct_pb2.Struct, _Mapping]]] = ..., pickled_space: _Optional[bytes] = ..., metrics: _Optional[_Iterable[str]] = ..., modes: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class TuneConfig(_message.Message):
     __slots__ = ("metric", "mode", "num_samples", "max_concurrent_trials", "search_alg", "scheduler", "time_budget_s")
@@ -197,3 +203,15 @@ class ListTunesResponse(_message.Message):
     tunes: _containers.RepeatedCompositeFieldContainer[TuneRun]
     next_page_token: str
     def __init__(self, tunes: _Optional[_Iterable[_Union[TuneRun, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class ResumeTuneRequest(_message.Message):
+    __slots__ = ("tune_id", "resume_unfinished", "resume_errored", "restart_errored")
+    TUNE_ID_FIELD_NUMBER: _ClassVar[int]
+    RESUME_UNFINISHED_FIELD_NUMBER: _ClassVar[int]
+    RESUME_ERRORED_FIELD_NUMBER: _ClassVar[int]
+    RESTART_ERRORED_FIELD_NUMBER: _ClassVar[int]
+    tune_id: str
+    resume_unfinished: bool
+    resume_errored: bool
+    restart_errored: bool
+    def __init__(self, tune_id: _Optional[str] = ..., resume_unfinished: _Optional[bool] = ..., resume_errored: _Optional[bool] = ..., restart_errored: _Optional[bool] = ...) -> None: ...

@@ -63,6 +63,11 @@ class TunerStub:
                 request_serializer=trainwire_dot_v1_dot_tune__pb2.GetTuneRequest.SerializeToString,
                 response_deserializer=trainwire_dot_v1_dot_tune__pb2.TuneRun.FromString,
                 _registered_method=True)
+        self.ResumeTune = channel.unary_unary(
+                '/trainwire.v1.Tuner/ResumeTune',
+                request_serializer=trainwire_dot_v1_dot_tune__pb2.ResumeTuneRequest.SerializeToString,
+                response_deserializer=trainwire_dot_v1_dot_tune__pb2.TuneRun.FromString,
+                _registered_method=True)
 
 
 class TunerServicer:
@@ -106,6 +111,14 @@ class TunerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ResumeTune(self, request, context):
+        """Ray's Tuner.restore(resume_errored=, restart_errored=, resume_unfinished=): failed trials go
+        on from their latest checkpoint or start again, an ended search runs again until they end.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_TunerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -132,6 +145,11 @@ def add_TunerServicer_to_server(servicer, server):
             'CancelTune': grpc.unary_unary_rpc_method_handler(
                     servicer.CancelTune,
                     request_deserializer=trainwire_dot_v1_dot_tune__pb2.GetTuneRequest.FromString,
+                    response_serializer=trainwire_dot_v1_dot_tune__pb2.TuneRun.SerializeToString,
+            ),
+            'ResumeTune': grpc.unary_unary_rpc_method_handler(
+                    servicer.ResumeTune,
+                    request_deserializer=trainwire_dot_v1_dot_tune__pb2.ResumeTuneRequest.FromString,
                     response_serializer=trainwire_dot_v1_dot_tune__pb2.TuneRun.SerializeToString,
             ),
     }
@@ -273,6 +291,33 @@ class Tuner:
             target,
             '/trainwire.v1.Tuner/CancelTune',
             trainwire_dot_v1_dot_tune__pb2.GetTuneRequest.SerializeToString,
+            trainwire_dot_v1_dot_tune__pb2.TuneRun.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ResumeTune(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/trainwire.v1.Tuner/ResumeTune',
+            trainwire_dot_v1_dot_tune__pb2.ResumeTuneRequest.SerializeToString,
             trainwire_dot_v1_dot_tune__pb2.TuneRun.FromString,
             options,
             channel_credentials,

@@ -38,9 +38,10 @@ class Searcher:
 
     def to_proto(self) -> tune_pb2.SearchAlgorithm:
         """The algorithm as the coordinator's Tune request names it."""
-        msg = tune_pb2.SearchAlgorithm(
-            name=self.name, metric=self.metric or "", mode=self.mode or "", max_concurrent=self.max_concurrent
-        )
+        # A multi-objective searcher's lists travel in its own fields (OptunaSearch.to_proto).
+        metric = self.metric if isinstance(self.metric, str) else ""
+        mode = self.mode if isinstance(self.mode, str) else ""
+        msg = tune_pb2.SearchAlgorithm(name=self.name, metric=metric, mode=mode, max_concurrent=self.max_concurrent)
         if self.seed is not None:
             msg.seed = self.seed
         for i, point in enumerate(self.points_to_evaluate or []):
@@ -102,7 +103,8 @@ class ConcurrencyLimiter(Searcher):
                 f"search_alg.max_concurrent must be an integer >= 1, got {max_concurrent!r}",
                 field="search_alg.max_concurrent",
             )
-        super().__init__(searcher.metric, searcher.mode)
+        super().__init__()
+        self.metric, self.mode = searcher.metric, searcher.mode  # a multi-objective searcher's lists too
         self.searcher, self.max_concurrent, self.batch = searcher, max_concurrent, batch
 
     def to_proto(self) -> tune_pb2.SearchAlgorithm:
