@@ -1,4 +1,4 @@
-"""The worker's implementation of the ``trainwire.train`` session.
+"""The worker's transport of the ``trainwire.train`` session (``ReportingSession`` checks and numbers).
 
 A report with a checkpoint is persisted one of three ways (Train V2's CheckpointUploadMode):
 SYNC copies it before ``report`` returns; ASYNC hands it to this worker's upload thread and
@@ -20,15 +20,9 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from trainwire.checkpoint import Checkpoint
-from trainwire.train.context import TrainContext, TrainSession
-from trainwire.train.v2 import (
-    CheckpointConsistencyMode,
-    CheckpointUploadMode,
-    ReportedCheckpoint,
-    ValidationConfig,
-    ValidationTaskConfig,
-    check_report_arguments,
-)
+from trainwire.train.context import TrainContext
+from trainwire.train.session import Report, ReportingSession
+from trainwire.train.v2 import CheckpointConsistencyMode, CheckpointUploadMode, ReportedCheckpoint, ValidationTaskConfig
 from trainwire_core.datasets import ShardSpec
 from trainwire_core.errors import InvalidArgumentError
 from trainwire_core.storage import RANK_STAGING_PREFIX, ManifestEntry, Store
@@ -41,10 +35,6 @@ from trainwire_worker.report_client import ReportStreamClient
 from trainwire_worker.session_sync import Collectives
 
 logger = logging.getLogger(__name__)
-
-
-def checkpoint_id_for(report_index: int) -> str:
-    return f"checkpoint_{report_index:06d}"
 
 
 def _snapshot(local_dir: str) -> str | None:
@@ -70,7 +60,7 @@ def _snapshot(local_dir: str) -> str | None:
     return snap
 
 
-class WorkerSession(TrainSession):
+class WorkerSession(ReportingSession):
     """Reports to the coordinator and serves checkpoints and dataset shards.
 
     Args:
@@ -93,14 +83,10 @@ class WorkerSession(TrainSession):
         next_report_index: int,
         artifacts: ArtifactSyncer | None = None,
     ) -> None:
-        self.context = context
+        super().__init__(context, checkpoint, dataset_shards, next_report_index)
         self._store = store
         self._reports = reports
-        self._checkpoint = checkpoint
-        self._shards = dataset_shards
-        self._next_index = next_report_index
         self._artifacts = artifacts
-        self.validation_config: ValidationConfig | None = None
         # One thread each: uploads in report order, validations in report order beside them.
         self._uploader: ThreadPoolExecutor | None = None
         self._validator: ThreadPoolExecutor | None = None
@@ -110,61 +96,39 @@ class WorkerSession(TrainSession):
         self._collectives = Collectives(context.run_id, context.attempt, context.world_rank, context.world_size)
 
     # --- report -----------------------------------------------------------------------
-    def report(
-        self,
-        metrics: dict[str, Any],
-        checkpoint: Checkpoint | None = None,
-        checkpoint_dir_name: str | None = None,
-        checkpoint_upload_mode: CheckpointUploadMode = CheckpointUploadMode.SYNC,
-        delete_local_checkpoint_after_upload: bool | None = None,
-        checkpoint_upload_fn: Any = None,
-        validation: bool | ValidationTaskConfig = False,
-    ) -> None:
-        mode, delete_local_checkpoint_after_upload = check_report_arguments(
-            metrics,
-            checkpoint,
-            checkpoint_dir_name,
-            checkpoint_upload_mode,
-            delete_local_checkpoint_after_upload,
-            validation,
-            self.validation_config,
-        )
+    def _before_report(self) -> None:
         self._raise_failed_upload()
-        index = self._next_index
-        self._next_index += 1
-        msg = worker_reports_pb2.TrainingReport(report_index=index, metrics=metrics_to_struct(metrics))
+
+    def _deliver(self, report: Report) -> None:
+        """Persists the checkpoint (SYNC here, ASYNC on the upload thread) and sends the report in order."""
+        msg = worker_reports_pb2.TrainingReport(report_index=report.index, metrics=metrics_to_struct(report.metrics))
+        checkpoint = report.checkpoint
         if checkpoint is None:
             self._send(msg)
             return
-        checkpoint_id = checkpoint_dir_name or checkpoint_id_for(index)
-        self._last_checkpoint_index = index
-        validate = validation if validation and self.context.world_rank == 0 else None
-        if mode is CheckpointUploadMode.ASYNC:
-            snap = _snapshot(checkpoint.path) if checkpoint.is_local and checkpoint_upload_fn is None else None
+        self._last_checkpoint_index = report.index
+        if report.mode is CheckpointUploadMode.ASYNC:
+            snap = _snapshot(checkpoint.path) if checkpoint.is_local and report.upload_fn is None else None
             source = Checkpoint.from_directory(snap) if snap else checkpoint
-            future = self._pool("uploader").submit(
-                self._persist, msg, source, checkpoint_id, mode, checkpoint_upload_fn, metrics
-            )
-            if snap or delete_local_checkpoint_after_upload:
-                future.add_done_callback(
-                    lambda _: self._cleanup(snap, checkpoint if delete_local_checkpoint_after_upload else None)
-                )
-            if validate is not None:
-                future = self._chain_validation(future, validate)
+            future = self._pool("uploader").submit(self._persist, msg, report, source)
+            if snap or report.delete_local:
+                future.add_done_callback(lambda _: self._cleanup(snap, checkpoint if report.delete_local else None))
+            if report.validation:
+                future = self._chain_validation(future, report.validation)
             self._inflight.append(future)
             self._reports.send_later(future)
             return
-        report = self._persist(msg, checkpoint, checkpoint_id, mode, checkpoint_upload_fn, metrics)
-        if delete_local_checkpoint_after_upload and mode is CheckpointUploadMode.SYNC:
+        sent = self._persist(msg, report, checkpoint)
+        if report.delete_local and report.mode is CheckpointUploadMode.SYNC:
             self._cleanup(None, checkpoint)
-        if validate is not None:
+        if report.validation:
             done: Future = Future()
-            done.set_result(report)
-            future = self._chain_validation(done, validate)
+            done.set_result(sent)
+            future = self._chain_validation(done, report.validation)
             self._inflight.append(future)
             self._reports.send_later(future)
         else:
-            self._reports.send(report)
+            self._reports.send(sent)
 
     def _pool(self, name: str) -> ThreadPoolExecutor:
         with self._lock:
@@ -186,38 +150,26 @@ class WorkerSession(TrainSession):
             if future.exception() is not None:
                 raise RuntimeError(f"an ASYNC checkpoint upload failed: {future.exception()}") from future.exception()
 
-    @staticmethod
-    def _cleanup(snap: str | None, checkpoint: Checkpoint | None) -> None:
+    def _cleanup(self, snap: str | None, checkpoint: Checkpoint | None) -> None:
         if snap:
             shutil.rmtree(snap, ignore_errors=True)
-        if checkpoint is not None and checkpoint.is_local:
-            shutil.rmtree(checkpoint.path, ignore_errors=True)
+        self._delete_local(checkpoint)
 
     def _persist(
-        self,
-        msg: worker_reports_pb2.TrainingReport,
-        checkpoint: Checkpoint,
-        checkpoint_id: str,
-        mode: CheckpointUploadMode,
-        upload_fn: Any,
-        metrics: dict[str, Any],
+        self, msg: worker_reports_pb2.TrainingReport, report: Report, checkpoint: Checkpoint
     ) -> worker_reports_pb2.WorkerReport:
-        """Puts the checkpoint's files where the commit takes them; returns the report to send."""
+        """Puts the checkpoint's files (``checkpoint``: the report's, or its snapshot) where the commit
+        takes them; returns the report to send."""
+        checkpoint_id = report.checkpoint_id
         dest = self._store.checkpoint_dir(self.context.run_id, checkpoint_id)
         # Two ranks may write the same file name: each but rank 0 uploads aside and the
         # commit merges, so what the manifest lists is what the store holds.
         upload_to = (
             dest if self.context.world_rank == 0 else self._store.rank_staging_dir(dest, self.context.world_rank)
         )
-        if upload_fn is not None:
-            uploaded = upload_fn(checkpoint, checkpoint_id)
-            if not isinstance(uploaded, Checkpoint):
-                raise InvalidArgumentError(
-                    f"checkpoint_upload_fn must return a Checkpoint, got {type(uploaded).__name__}",
-                    field="checkpoint_upload_fn",
-                )
-            files = self._register_in_place(uploaded, dest, upload_to)
-        elif mode is CheckpointUploadMode.NO_UPLOAD:
+        if report.upload_fn is not None:
+            files = self._register_in_place(self._upload_with_fn(report), dest, upload_to)
+        elif report.mode is CheckpointUploadMode.NO_UPLOAD:
             files = self._register_in_place(checkpoint, dest, upload_to)
         else:
             with checkpoint.as_directory() as local_dir:
@@ -282,8 +234,6 @@ class WorkerSession(TrainSession):
     # --- validation ---------------------------------------------------------------------
     def _chain_validation(self, upload: Future, validation: bool | ValidationTaskConfig) -> Future:
         """A Future of the report once its checkpoint's validation metrics have joined rank 0's."""
-        config = self.validation_config
-        assert config is not None
         result: Future = Future()
 
         def validate() -> None:
@@ -293,7 +243,8 @@ class WorkerSession(TrainSession):
                 result.set_exception(exc)
                 return
             try:
-                metrics = self._run_validation(config, report, validation)
+                stored = self._store.checkpoint_dir(self.context.run_id, report.report.checkpoint_id)
+                metrics = self._validation_metrics(Checkpoint(self._store.uri_of(stored)), validation, timeout=True)
                 if metrics:
                     report.report.metrics.update(metrics_to_struct(metrics))
             except Exception:  # noqa: BLE001 - as Ray: a failed validation leaves the checkpoint unvalidated
@@ -302,34 +253,6 @@ class WorkerSession(TrainSession):
 
         self._pool("validator").submit(validate)
         return result
-
-    def _run_validation(
-        self, config: ValidationConfig, report: worker_reports_pb2.WorkerReport, validation: Any
-    ) -> dict[str, Any]:
-        checkpoint = Checkpoint(
-            self._store.uri_of(self._store.checkpoint_dir(self.context.run_id, report.report.checkpoint_id))
-        )
-        kwargs = config.kwargs_for(validation)
-        timeout = config.timeout_for(validation)
-        box: dict[str, Any] = {}
-
-        def run() -> None:
-            try:
-                box["metrics"] = config.fn(checkpoint, **kwargs)
-            except BaseException as exc:  # noqa: BLE001 - raised below
-                box["error"] = exc
-
-        thread = threading.Thread(target=run, name="trainwire-validate", daemon=True)
-        thread.start()
-        thread.join(timeout)
-        if thread.is_alive():
-            raise TimeoutError(f"validation took over {timeout} s")
-        if "error" in box:
-            raise box["error"]
-        metrics = box.get("metrics") or {}
-        if not isinstance(metrics, dict):
-            raise TypeError(f"the validation function must return a dict, got {type(metrics).__name__}")
-        return metrics
 
     # --- collectives (trainwire.train.collective) -------------------------------------------
     def broadcast_from_rank_zero(self, data: Any, caller: str) -> Any:
@@ -374,18 +297,8 @@ class WorkerSession(TrainSession):
             for e in entries
         ]
 
-    def get_checkpoint(self) -> Checkpoint | None:
-        return self._checkpoint
-
-    def get_dataset_shard(self, name: str) -> Any:
-        if name not in self._shards:
-            known = ", ".join(sorted(self._shards)) or "none"
-            raise InvalidArgumentError(
-                f"get_dataset_shard: no dataset named {name!r} was passed to the trainer (datasets: {known})",
-                field="datasets",
-            )
-        shard = self._shards[name]
-        if isinstance(shard, ShardSpec):
+    def _shard(self, name: str, data: Any) -> Any:
+        if isinstance(data, ShardSpec):
             # Declarative trainers get rows, read once here instead of via Ray Data.
-            shard = self._shards[name] = read_shard(shard)
-        return shard
+            data = self._datasets[name] = read_shard(data)
+        return data

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import inspect
 import os
-import shutil
 import time
 import traceback
 import uuid
@@ -24,16 +23,9 @@ import pyarrow as pa
 from trainwire.callbacks import dispatch
 from trainwire.checkpoint import Checkpoint
 from trainwire.result import Result, WorkerFailure
-from trainwire.train.context import TrainContext, TrainSession, get_session_or_none, set_session
-from trainwire.train.v2 import (
-    CheckpointUploadMode,
-    ReportedCheckpoint,
-    TrainRunContext,
-    UserCallback,
-    ValidationConfig,
-    ValidationTaskConfig,
-    check_report_arguments,
-)
+from trainwire.train.context import TrainContext, get_session_or_none, set_session
+from trainwire.train.session import Report, ReportingSession
+from trainwire.train.v2 import CheckpointUploadMode, ReportedCheckpoint, TrainRunContext, UserCallback
 from trainwire_core.errors import InvalidArgumentError, TrainingFailedError
 from trainwire_core.structs import flatten_metrics
 
@@ -56,78 +48,43 @@ class LocalTrainer(Protocol):
 DEFAULT_STORAGE = "~/trainwire_results"
 
 
-class LocalSession(TrainSession):
-    """The session of a local-mode loop: everything stays in this process and a local folder."""
+class LocalSession(ReportingSession):
+    """The session of a local-mode loop: reports stay in this process, checkpoints in a local folder."""
 
     def __init__(self, context: TrainContext, run_dir: str, checkpoint: Checkpoint | None, datasets: dict) -> None:
-        self.context = context
+        super().__init__(context, checkpoint, datasets, next_report_index=1)
         self.run_dir = run_dir
-        self.validation_config: ValidationConfig | None = None
-        self._checkpoint = checkpoint
-        self._datasets = datasets
-        self._index = 0
         self.history: list[dict[str, Any]] = []
         self.checkpoints: list[ReportedCheckpoint] = []
         self.user_callbacks: list[UserCallback] = []
 
-    def report(
-        self,
-        metrics: dict[str, Any],
-        checkpoint: Checkpoint | None = None,
-        checkpoint_dir_name: str | None = None,
-        checkpoint_upload_mode: CheckpointUploadMode = CheckpointUploadMode.SYNC,
-        delete_local_checkpoint_after_upload: bool | None = None,
-        checkpoint_upload_fn: Any = None,
-        validation: bool | ValidationTaskConfig = False,
-    ) -> None:
-        mode, delete_local = check_report_arguments(
-            metrics,
-            checkpoint,
-            checkpoint_dir_name,
-            checkpoint_upload_mode,
-            delete_local_checkpoint_after_upload,
-            validation,
-            self.validation_config,
-        )
-        self._index += 1
-        metrics = dict(metrics)
-        if checkpoint is not None:
-            name = checkpoint_dir_name or f"checkpoint_{self._index:06d}"
-            dest = os.path.join(self.run_dir, "checkpoints", name)
-            if checkpoint_upload_fn is not None:
-                checkpoint = checkpoint_upload_fn(checkpoint, name)
-                dest = checkpoint.path
-            elif mode is CheckpointUploadMode.NO_UPLOAD:
-                dest = checkpoint.path
+    def _deliver(self, report: Report) -> None:
+        """Copies the checkpoint into the run's folder, validates it inline and runs the callbacks."""
+        metrics = dict(report.metrics)
+        if report.checkpoint is not None:
+            dest = os.path.join(self.run_dir, "checkpoints", report.checkpoint_id)
+            if report.upload_fn is not None:
+                dest = self._upload_with_fn(report).path
+            elif report.mode is CheckpointUploadMode.NO_UPLOAD:
+                dest = report.checkpoint.path
             else:
-                checkpoint.to_directory(dest)
-                if delete_local and checkpoint.is_local:
-                    shutil.rmtree(checkpoint.path, ignore_errors=True)
+                report.checkpoint.to_directory(dest)
+                if report.delete_local:
+                    self._delete_local(report.checkpoint)
             committed = Checkpoint.from_directory(dest) if "://" not in str(dest) else Checkpoint(dest)
-            if validation:
-                kwargs = self.validation_config.kwargs_for(validation)
-                metrics.update(self.validation_config.fn(committed, **kwargs) or {})
+            if report.validation:
+                metrics.update(self._validation_metrics(committed, report.validation))
             self._checkpoint = committed
             self.checkpoints.append(ReportedCheckpoint(committed, metrics))
         self.history.append(metrics)
         run_context = TrainRunContext(self.context.run_id, self.context.run_name)
-        reported = self._checkpoint if checkpoint is not None else None
+        reported = self._checkpoint if report.checkpoint is not None else None
         dispatch(self.user_callbacks, "after_report", run_context, [metrics], reported)
-
-    def get_checkpoint(self) -> Checkpoint | None:
-        return self._checkpoint
 
     def get_all_reported_checkpoints(self, consistency_mode: Any = None, timeout_s: float | None = None) -> list:
         return list(self.checkpoints)
 
-    def get_dataset_shard(self, name: str) -> Any:
-        if name not in self._datasets:
-            known = ", ".join(sorted(self._datasets)) or "none"
-            raise InvalidArgumentError(
-                f"get_dataset_shard: no dataset named {name!r} was passed to the trainer (datasets: {known})",
-                field="datasets",
-            )
-        data = self._datasets[name]
+    def _shard(self, name: str, data: Any) -> Any:
         if hasattr(data, "iterator"):  # a ray.data.Dataset: its iterator, as a worker's shard is
             return data.iterator()
         if isinstance(data, pd.DataFrame | pa.Table):

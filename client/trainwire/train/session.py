@@ -1,0 +1,195 @@
+"""``train.report()``, ``get_checkpoint()`` and ``get_dataset_shard()``, written once.
+
+Local mode (``trainwire.train.local``) and the worker runtime (``trainwire_worker.session``)
+subclass ``ReportingSession`` and give only their transport: where a report goes
+(``_deliver``: in this process, or the worker's report stream) and what a dataset is to the
+loop (``_shard``). What a report may hold, how reports are numbered and checkpoints named,
+what a ``checkpoint_upload_fn`` must return and how validation metrics are computed are the
+same in both, so they live here.
+"""
+
+from __future__ import annotations
+
+import abc
+import shutil
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from trainwire.checkpoint import Checkpoint
+from trainwire.train.context import TrainContext, TrainSession
+from trainwire.train.v2 import (
+    CheckpointUploadMode,
+    ValidationConfig,
+    ValidationTaskConfig,
+    check_report_arguments,
+)
+from trainwire_core.errors import InvalidArgumentError
+
+
+def checkpoint_id_for(report_index: int) -> str:
+    """The directory name of a checkpoint reported without ``checkpoint_dir_name``."""
+    return f"checkpoint_{report_index:06d}"
+
+
+@dataclass
+class Report:
+    """One checked ``train.report()`` call, numbered, for the transport to deliver.
+
+    Args:
+        index: The report's number in the run (the worker's continue the run's count).
+        metrics: What the loop reported.
+        checkpoint: The loop's checkpoint, or None.
+        checkpoint_id: The checkpoint's directory name ("" without a checkpoint).
+        mode: How the checkpoint is persisted.
+        delete_local: Delete the loop's local checkpoint directory once it is persisted.
+        upload_fn: The loop's ``checkpoint_upload_fn``, or None.
+        validation: The validation to run on the checkpoint (False: none; only rank 0 validates).
+    """
+
+    index: int
+    metrics: dict[str, Any]
+    checkpoint: Checkpoint | None = None
+    checkpoint_id: str = ""
+    mode: CheckpointUploadMode = CheckpointUploadMode.SYNC
+    delete_local: bool = False
+    upload_fn: Any = None
+    validation: bool | ValidationTaskConfig = False
+
+
+class ReportingSession(TrainSession):
+    """A loop's session: report checks and numbering, the latest checkpoint, the datasets.
+
+    Args:
+        context: This worker's place in the run.
+        checkpoint: What ``get_checkpoint`` returns at the start (a restored or given one).
+        datasets: Dataset name -> what the loop reads (a worker's shard, local mode's dataset).
+        next_report_index: The number the first report takes.
+    """
+
+    def __init__(
+        self, context: TrainContext, checkpoint: Checkpoint | None, datasets: dict[str, Any], next_report_index: int
+    ) -> None:
+        self.context = context
+        self.validation_config: ValidationConfig | None = None
+        self._checkpoint = checkpoint
+        self._datasets = datasets
+        self._next_index = next_report_index
+
+    # --- report -----------------------------------------------------------------------
+    def report(
+        self,
+        metrics: dict[str, Any],
+        checkpoint: Checkpoint | None = None,
+        checkpoint_dir_name: str | None = None,
+        checkpoint_upload_mode: CheckpointUploadMode = CheckpointUploadMode.SYNC,
+        delete_local_checkpoint_after_upload: bool | None = None,
+        checkpoint_upload_fn: Any = None,
+        validation: bool | ValidationTaskConfig = False,
+    ) -> None:
+        """Checks and numbers the report, then hands it to the transport (Ray Train V2's arguments)."""
+        mode, delete_local = check_report_arguments(
+            metrics,
+            checkpoint,
+            checkpoint_dir_name,
+            checkpoint_upload_mode,
+            delete_local_checkpoint_after_upload,
+            validation,
+            self.validation_config,
+        )
+        self._before_report()
+        index = self._next_index
+        self._next_index += 1
+        report = Report(index, metrics)
+        if checkpoint is not None:
+            report.checkpoint = checkpoint
+            report.checkpoint_id = checkpoint_dir_name or checkpoint_id_for(index)
+            report.mode = mode
+            report.delete_local = bool(delete_local)
+            report.upload_fn = checkpoint_upload_fn
+            # As in Ray, rank 0's checkpoint is the one validated.
+            report.validation = validation if self.context.world_rank == 0 else False
+        self._deliver(report)
+
+    def _before_report(self) -> None:
+        """Raises what the transport knows has failed since the last report (nothing by default)."""
+
+    @abc.abstractmethod
+    def _deliver(self, report: Report) -> None:
+        """Persists the report's checkpoint, if any, and passes the report on."""
+
+    # --- helpers for the transports -----------------------------------------------------
+    @staticmethod
+    def _upload_with_fn(report: Report) -> Checkpoint:
+        """The checkpoint the loop's ``checkpoint_upload_fn`` made of the reported one."""
+        uploaded = report.upload_fn(report.checkpoint, report.checkpoint_id)
+        if not isinstance(uploaded, Checkpoint):
+            raise InvalidArgumentError(
+                f"checkpoint_upload_fn must return a Checkpoint, got {type(uploaded).__name__}",
+                field="checkpoint_upload_fn",
+            )
+        return uploaded
+
+    @staticmethod
+    def _delete_local(checkpoint: Checkpoint | None) -> None:
+        if checkpoint is not None and checkpoint.is_local:
+            shutil.rmtree(checkpoint.path, ignore_errors=True)
+
+    def _validation_metrics(
+        self, checkpoint: Checkpoint, validation: bool | ValidationTaskConfig, timeout: bool = False
+    ) -> dict[str, Any]:
+        """The validation function's metrics for ``checkpoint``.
+
+        Args:
+            timeout: Run it in a thread and give up after the config's timeout (the worker's way;
+                local mode runs it inline, where a debugger steps into it).
+        """
+        config = self.validation_config
+        assert config is not None  # check_report_arguments refuses a validation without one
+        kwargs = config.kwargs_for(validation)
+        if not timeout:
+            metrics = config.fn(checkpoint, **kwargs) or {}
+        else:
+            limit = config.timeout_for(validation)
+            box: dict[str, Any] = {}
+
+            def run() -> None:
+                try:
+                    box["metrics"] = config.fn(checkpoint, **kwargs)
+                except BaseException as exc:  # noqa: BLE001 - raised below
+                    box["error"] = exc
+
+            thread = threading.Thread(target=run, name="trainwire-validate", daemon=True)
+            thread.start()
+            thread.join(limit)
+            if thread.is_alive():
+                raise TimeoutError(f"validation took over {limit} s")
+            if "error" in box:
+                raise box["error"]
+            metrics = box.get("metrics") or {}
+        if not isinstance(metrics, dict):
+            raise TypeError(f"the validation function must return a dict, got {type(metrics).__name__}")
+        return metrics
+
+    # --- reading back -------------------------------------------------------------------
+    def get_checkpoint(self) -> Checkpoint | None:
+        """The latest checkpoint reported (or the one the loop started from)."""
+        return self._checkpoint
+
+    def get_dataset_shard(self, name: str) -> Any:
+        """What the loop reads of dataset ``name``.
+
+        Raises:
+            InvalidArgumentError: No dataset of that name was given (field ``datasets``).
+        """
+        if name not in self._datasets:
+            known = ", ".join(sorted(self._datasets)) or "none"
+            raise InvalidArgumentError(
+                f"get_dataset_shard: no dataset named {name!r} was passed to the trainer (datasets: {known})",
+                field="datasets",
+            )
+        return self._shard(name, self._datasets[name])
+
+    def _shard(self, name: str, data: Any) -> Any:
+        """Dataset ``name`` as the loop reads it (as it was given, by default)."""
+        return data
