@@ -8,10 +8,16 @@ TorchScript, an ONNX graph built with ``onnx.helper``), serves the folder with a
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 import pickle
+import socket
+import subprocess
+import sys
+import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from typing import Any
 
 import grpc
@@ -307,5 +313,69 @@ def test_trusted_repository_serves_scikit_learn(repository) -> None:
         status, doc = infer(f"http://{thread.server.http_address}", "sk", repository["x"])
         assert status == 200, doc
         np.testing.assert_array_equal(output(doc, "predictions"), repository["expected"]["sk"])
+    finally:
+        thread.stop()
+
+
+@pytest.fixture
+def s3_repository(repository, tmp_path) -> Iterator[str]:
+    """The repository's ONNX and LightGBM folders copied to a bucket of a real S3 server (moto's, on loopback)."""
+    import pyarrow.fs as pafs
+
+    port = _free_port()
+    env = {**os.environ, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/moto-api/", timeout=1):
+                    break
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                assert proc.poll() is None and time.monotonic() < deadline, "moto's S3 server did not start"
+                time.sleep(0.1)
+        options = {"endpoint_override": f"127.0.0.1:{port}", "scheme": "http", "region": "us-east-1"}
+        fs = pafs.S3FileSystem(access_key="testing", secret_key="testing", allow_bucket_creation=True, **options)
+        fs.create_dir("models")
+        for model in ("onnx", "lgb_all"):
+            for path in sorted((repository["repo"] / model).rglob("*")):
+                if path.is_file():
+                    with fs.open_output_stream(f"models/repo/{path.relative_to(repository['repo']).as_posix()}") as f:
+                        f.write(path.read_bytes())
+        query = "&".join(f"{k}={v}" for k, v in options.items())
+        yield f"s3://testing:testing@models/repo?{query}"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_repository_on_s3(repository, s3_repository) -> None:
+    repository = {**repository, "repo": s3_repository}
+    thread = _serve(repository, "s3", trust=False)
+    try:
+        base = f"http://{thread.server.http_address}"
+        status, doc = infer(base, "onnx", repository["x"], "X")
+        assert status == 200, doc
+        np.testing.assert_allclose(output(doc, "Y"), repository["expected"]["onnx"], atol=1e-6)
+        status, doc = infer(base, "lgb_all", repository["x"], version="1")
+        assert status == 200, doc
+        np.testing.assert_allclose(output(doc, "predictions"), repository["expected"]["lgb/1"], atol=1e-6)
+        names = {e["name"] for e in post(f"{base}/v2/repository/index", {})[1]}
+        assert {"onnx", "lgb_all"} <= names and "xgb" not in names
+        # Messages name the bucket's path, never the credentials in the URI.
+        status, doc = infer(base, "onnx", repository["x"], "X", version="7")
+        assert status == 404 and "testing:testing" not in doc["error"], doc
     finally:
         thread.stop()

@@ -92,6 +92,10 @@ class ModelDirectory:
         self._cache_dir = cache_dir
 
     # --- model folders ----------------------------------------------------------
+    def _shown(self, path: str) -> str:
+        """A path as messages show it: a local path, or ``s3://bucket/key`` without credentials or options."""
+        return path if self.store.is_local else f"s3://{path.lstrip('/')}"
+
     def _entries(self, path: str) -> list[pafs.FileInfo]:
         return self.store.fs.get_file_info(pafs.FileSelector(path, allow_not_found=True))
 
@@ -107,7 +111,9 @@ class ModelDirectory:
             if info.type != pafs.FileType.Directory or name.startswith("."):
                 continue
             if not is_path_component(name):
-                logger.warning("model repository %s: skipping folder %r (not a plain name)", self.uri, name)
+                logger.warning(
+                    "model repository %s: skipping folder %r (not a plain name)", self._shown(self.store.root), name
+                )
                 continue
             names.add(name)
         with self._lock:
@@ -140,10 +146,10 @@ class ModelDirectory:
                 files.add(base)
         if TRITON_CONFIG in files:
             path = f"{directory}/{TRITON_CONFIG}"
-            settings = parse_triton(self._text(path), self.store.uri_of(path))
+            settings = parse_triton(self._text(path), self._shown(path))
         elif MLSERVER_SETTINGS in files:
             path = f"{directory}/{MLSERVER_SETTINGS}"
-            settings = parse_mlserver(self._text(path), self.store.uri_of(path))
+            settings = parse_mlserver(self._text(path), self._shown(path))
             if not versions:
                 settings = ModelSettings(**{**settings.__dict__, "flat": True})
         else:
@@ -154,7 +160,7 @@ class ModelDirectory:
         try:
             return self.store.read_bytes(path).decode("utf-8")
         except UnicodeDecodeError as exc:
-            raise FailedPreconditionError(f"model repository configuration {self.store.uri_of(path)}: {exc}") from None
+            raise FailedPreconditionError(f"model repository configuration {self._shown(path)}: {exc}") from None
 
     def read(self, name: str) -> tuple[CheckpointIndex | None, RegistryState]:
         """The model's served versions as a checkpoint index (None: no such model) (blocking).
@@ -169,7 +175,8 @@ class ModelDirectory:
         served = settings.policy.select(found)
         if not served:
             raise FailedPreconditionError(
-                f"model {name!r} of the model repository {self.uri} has no version to serve: version folders "
+                f"model {name!r} of the model repository {self._shown(self.store.root)} has no version to serve: "
+                "version folders "
                 f"{', '.join(map(str, sorted(found))) or 'none'}, version policy {settings.policy.describe()}",
                 field="model_name",
             )
@@ -205,7 +212,7 @@ class ModelDirectory:
         files = sorted(
             posixpath.basename(info.path) for info in self._entries(directory) if info.type == pafs.FileType.File
         )
-        where = self.store.uri_of(directory)
+        where = self._shown(directory)
         if settings.filename:
             chosen = settings.filename
             if chosen not in files:
@@ -240,7 +247,7 @@ class ModelDirectory:
         framework, path = self.model_file(name, version)
         data = self.store.read_bytes(path)
         settings = self._settings.get(name) or ModelSettings()
-        predictor = load_model(framework, data, settings, self.trust_pickles, self.store.uri_of(path))
+        predictor = load_model(framework, data, settings, self.trust_pickles, self._shown(path))
         self._files[(name, version)] = (hashlib.sha256(data).hexdigest(), len(data))
         return framework, predictor
 
