@@ -265,6 +265,10 @@ class CoordinatorClient:
         """Stops a search: no new trials, running ones are cancelled."""
         return self._call_tuner("CancelTune", tune_pb2.GetTuneRequest(tune_id=tune_id))
 
+    def resume_tune(self, request: tune_pb2.ResumeTuneRequest) -> tune_pb2.TuneRun:
+        """Runs a search's failed trials again, or stops its unfinished ones (Ray's ``Tuner.restore`` modes)."""
+        return self._call_tuner("ResumeTune", request)
+
     def watch_tune(self, tune_id: str, reconnect_for_s: float = 60.0) -> Iterator[tune_pb2.TuneRun]:
         """Snapshots of a search each time it changes, until it has ended.
 

@@ -142,6 +142,8 @@ METHOD_SCOPES = {
     "ListTunes": READ,
     "WatchTune": READ,
     "CancelTune": CANCEL,
+    # Runs a search's failed trials again (its code too: submit-code when it carries code).
+    "ResumeTune": SUBMIT,
 }
 
 

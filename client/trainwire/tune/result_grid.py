@@ -41,8 +41,14 @@ AUTO_FILLED = (
 )
 
 
-def _auto_filled(trial_id: str, iteration: int, at: float, this_iter: float, total: float) -> dict[str, Any]:
-    """Ray's auto-filled result keys for a trial's ``iteration``-th report, made at time ``at``."""
+def _auto_filled(
+    trial_id: str, iteration: int, at: float, this_iter: float, total: float, since_restore: int | None = None
+) -> dict[str, Any]:
+    """Ray's auto-filled result keys for a trial's ``iteration``-th report, made at time ``at``.
+
+    ``since_restore``: the report's number in the trial's current run (a trial that went on from a
+    checkpoint, PBT's or a restore's, counts its iterations on from it).
+    """
     return {
         "timestamp": int(at),
         "done": False,
@@ -53,7 +59,7 @@ def _auto_filled(trial_id: str, iteration: int, at: float, this_iter: float, tot
         "time_total_s": total,
         # A trial's restarts resume its run: its time and iterations count from its start.
         "time_since_restore": total,
-        "iterations_since_restore": iteration,
+        "iterations_since_restore": iteration if since_restore is None else since_restore,
         "checkpoint_dir_name": None,  # the report's checkpoint id, when it has one
     }
 
@@ -148,7 +154,10 @@ class ResultGrid:
                     at = event.time.ToNanoseconds() / 1e9 if event.HasField("time") else last
                     if kind == "metrics":
                         row = struct_to_dict(event.metrics.metrics)
-                        auto = _auto_filled(trial.run_id, len(history) + 1, at, at - last, at - started)
+                        n = len(history) + 1
+                        auto = _auto_filled(
+                            trial.run_id, trial.iteration_offset + n, at, at - last, at - started, since_restore=n
+                        )
                         history.append({**auto, **row})  # a loop's own value of a key wins, as in Ray
                         last = at
                     elif kind == "checkpoint" and history:  # committed after its report's metrics

@@ -276,6 +276,8 @@ class Tuner:
         self.run_config = run_config
         self._constants, self._params = parse_param_space(param_space, trainable, self.tune_config.search_alg)
         self._tune_id = ""  # set by restore: fit() follows that search
+        # Set by restore when failed trials run again or unfinished ones stop: fit() asks for it first.
+        self._resume: tune_pb2.ResumeTuneRequest | None = None
         self._results: ResultGrid | None = None
         # tune.run's progress_reporter: it prints its table instead of the change lines.
         self._progress_reporter: Any = None
@@ -320,7 +322,10 @@ class Tuner:
             TuneError: The search itself failed.
         """
         client = get_client()
-        if self._tune_id:
+        if self._tune_id and self._resume is not None:
+            tune = client.resume_tune(self._resume)
+            self._resume = None  # done once: a second fit() follows the search
+        elif self._tune_id:
             tune = client.get_tune(self._tune_id)
         else:
             tune = self._start(client, self.build_request(client))
@@ -416,19 +421,36 @@ class Tuner:
         restart_errored: bool = False,
         param_space: dict[str, Any] | None = None,
     ) -> Tuner:
-        """A Tuner whose ``fit()`` follows an existing search (by id or name) to its end.
+        """A Tuner whose ``fit()`` follows an existing search (by id or name) to its end, as Ray's.
 
-        The search never stopped (it runs in the coordinator): ``trainable`` only sets the
-        class its checkpoints are given as. ``param_space`` and ``resume_unfinished`` are
-        accepted for Ray's signature; failed trials cannot be resumed or restarted.
+        The search never stopped (it runs in the coordinator). At ``fit()``, as Ray's restore:
+
+        - ``resume_errored``: its failed trials go on in new runs from their latest committed
+          checkpoint (from the start when they have none); ``restart_errored``: from the start
+          (it wins over ``resume_errored``). A search that had ended runs again until they end.
+        - ``resume_unfinished=False``: its trials still pending or running stop now, as finished
+          (Ray marks them TERMINATED), and it starts no more.
+
+        ``trainable`` sets the class its checkpoints are given as; ``param_space`` is accepted for
+        Ray's signature (Ray re-specifies object references with it; the coordinator kept the
+        search's request).
         """
-        if resume_errored or restart_errored:
-            raise InvalidArgumentError(
-                "failed trials of a search are not resumed or restarted: start a new search",
-                field="resume_errored" if resume_errored else "restart_errored",
-            )
+        for name, value in (
+            ("resume_unfinished", resume_unfinished),
+            ("resume_errored", resume_errored),
+            ("restart_errored", restart_errored),
+        ):
+            if not isinstance(value, bool):
+                raise InvalidArgumentError(f"{name} must be a bool, got {type(value).__name__}", field=name)
         tuner = cls(trainable)
         tuner._tune_id = cls._tune_ref(path)
+        if resume_errored or restart_errored or not resume_unfinished:
+            tuner._resume = tune_pb2.ResumeTuneRequest(
+                tune_id=tuner._tune_id,
+                resume_unfinished=resume_unfinished,
+                resume_errored=resume_errored,
+                restart_errored=restart_errored,
+            )
         return tuner
 
     @classmethod

@@ -95,6 +95,8 @@ class TuneDriver:
         self.checkpoint_at: dict[int, dict[int, str]] = {}
         self.checkpoint_iteration: dict[str, int] = {}
         self.resolving: set[int] = set()
+        # When the time budget started: the search's creation (a restore starts it again).
+        self.budget_from = tune.created_at.ToSeconds()
 
     # --- the search's loop -----------------------------------------------------------
     async def main(self) -> None:
@@ -153,7 +155,7 @@ class TuneDriver:
 
     async def _over_budget(self) -> None:
         budget = self.tune.request.tune_config.time_budget_s
-        if not budget or self.exhausted or time.time() - self.tune.created_at.ToSeconds() < budget:
+        if not budget or self.exhausted or time.time() - self.budget_from < budget:
             return
         self.exhausted = True
         reason = f"the search's time budget of {budget:g} s is spent"
@@ -307,6 +309,44 @@ class TuneDriver:
                 await self.runs.cancel(trial.run_id, reason)
             else:
                 trial.state, trial.state_reason = common_pb2.CANCELLED, reason
+        self.wake.set()
+
+    # --- Tuner.restore --------------------------------------------------------------------
+    async def retry(self, trial: tune_pb2.Trial, restart: bool) -> None:
+        """A failed trial runs again in a new run: from its latest committed checkpoint, or from scratch.
+
+        As Ray's ``resume_errored`` / ``restart_errored``: a trial without a checkpoint starts over.
+        """
+        old = trial.run_id
+        uri, iteration = "", 0
+        if old and not restart:
+            run = await asyncio.to_thread(self.runs.get_run, old)
+            if run.HasField("latest_checkpoint") and run.latest_checkpoint.uri:
+                uri = run.latest_checkpoint.uri
+                iteration = trial.iteration_offset + int(run.latest_checkpoint.index)
+        elif not restart and trial.resume_from_checkpoint:  # failed before its run started: where it was to go on
+            uri, iteration = trial.resume_from_checkpoint, trial.iteration_offset
+        if old:
+            trial.past_run_ids.append(old)
+            self.by_run.pop(old, None)
+            self.manager.by_run.pop(old, None)
+            trial.run_id = ""
+        trial.resume_from_checkpoint, trial.iteration_offset = uri, iteration
+        if restart or not uri:
+            trial.ClearField("last_result")
+            trial.ClearField("best_metric")
+            trial.num_reports = 0
+        self.stops.pop(trial.index, None)
+        self.started_at.pop(trial.index, None)
+        self.needs.pop(trial.index, None)
+        trial.early_stopped = False
+        where = f"its checkpoint at training_iteration {iteration}" if uri else "the start"
+        how = "restart_errored" if restart else "resume_errored"
+        trial.state = common_pb2.PENDING
+        trial.state_reason = f"failed, goes on from {where} (Tuner.restore({how}=True))"
+        if self.sched is not None:  # the scheduler heard of its error: it joins again as a new trial
+            self.sched_trials.pop(trial.index, None)
+            await self._add_to_scheduler(trial)
         self.wake.set()
 
     # --- trials' events ------------------------------------------------------------------

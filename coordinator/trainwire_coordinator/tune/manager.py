@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import time
 import uuid
 from collections.abc import AsyncIterator
 
@@ -18,7 +19,7 @@ from trainwire_coordinator.run_manager import RunManager
 from trainwire_coordinator.tune.checks import check_access, check_first_trial, make_plan
 from trainwire_coordinator.tune.driver import TUNE_ACTIVE, TuneDriver, now
 from trainwire_core.auth import current_caller
-from trainwire_core.errors import InvalidArgumentError, NotFoundError, TrainwireError
+from trainwire_core.errors import FailedPreconditionError, InvalidArgumentError, NotFoundError, TrainwireError
 from trainwire_core.v1 import common_pb2, coordinator_pb2, tune_pb2
 
 logger = logging.getLogger(__name__)
@@ -181,6 +182,51 @@ class TuneManager:
             if driver.task is not None:
                 await asyncio.wait({driver.task}, timeout=30)
             return driver.tune
+        return tune
+
+    async def resume(self, request: tune_pb2.ResumeTuneRequest) -> tune_pb2.TuneRun:
+        """Ray's ``Tuner.restore(...)`` modes on a search: its failed trials run again, its unfinished ones stop.
+
+        A search still running takes the retried trials at once. One that has ended runs again until
+        they end (its other trials stay as they were); with no failed trial to retry it is left as is.
+        """
+        tune = await asyncio.to_thread(self.get_tune, request.tune_id)
+        # Running its trials again runs its code again: the scopes the search needed.
+        check_access(tune.request, current_caller(), self.runs.checks.allow_pickled_code)
+        retry = request.resume_errored or request.restart_errored
+        failed = [t for t in tune.trials if t.state == common_pb2.FAILED] if retry else []
+        driver = self.drivers.get(tune.tune_id)
+        if tune.state in TUNE_ACTIVE and driver is None:
+            raise FailedPreconditionError(
+                f"search {tune.tune_id} is being carried on by another coordinator: restore it there", field="tune_id"
+            )
+        if driver is not None and tune.state in TUNE_ACTIVE:
+            if not request.resume_unfinished:
+                await driver.stop_all("stopped by Tuner.restore(resume_unfinished=False)")
+            for trial in failed:
+                await driver.retry(trial, request.restart_errored)
+            await driver.save()
+            return driver.tune
+        if not failed:
+            return tune
+        tune = tune_pb2.TuneRun.FromString(tune.SerializeToString())
+        try:
+            plan = await asyncio.to_thread(make_plan, tune.request)
+        except TrainwireError as exc:
+            raise FailedPreconditionError(f"cannot run the search again: {exc.message}", field="tune_id") from None
+        driver = TuneDriver(self, tune, plan)
+        for trial in tune.trials:
+            if trial.state != common_pb2.FAILED:
+                await self._replay(driver, trial)  # the searcher and scheduler learn the search so far
+        for trial in failed:
+            await driver.retry(tune.trials[trial.index], request.restart_errored)
+        driver._update_best()
+        driver.budget_from = time.time()  # a time budget counts from the restore, as Ray's counts from its start
+        tune.state = common_pb2.RUNNING
+        tune.state_reason = f"restored: {len(failed)} failed trials run again"
+        tune.ClearField("error_field")
+        await driver.save()
+        self._launch(driver)
         return tune
 
     async def recover(self) -> list[str]:

@@ -34,3 +34,7 @@ class TunerServicer(tune_pb2_grpc.TunerServicer):
     @handle_errors
     async def CancelTune(self, request, context):  # type: ignore[no-untyped-def]
         return await self.tunes.cancel(request.tune_id)
+
+    @handle_errors
+    async def ResumeTune(self, request, context):  # type: ignore[no-untyped-def]
+        return await self.tunes.resume(request)
