@@ -44,6 +44,7 @@ backend: "fil"
 max_batch_size: 64
 version_policy: { all: {} }
 input [ { name: "input__0" data_type: TYPE_FP32 dims: [ 4 ] } ]
+output [ { name: "output__0" data_type: TYPE_FP32 dims: [ 1 ] } ]
 parameters [ { key: "model_type" value: { string_value: "lightgbm" } } ]
 """
 
@@ -232,8 +233,10 @@ def test_version_policy_latest_by_default_and_all_from_the_config(served, reposi
     for version in ("1", "2"):
         status, doc = infer(base, "lgb_all", x, "input__0", version=version)
         assert status == 200, doc
-        np.testing.assert_allclose(output(doc, "predictions"), expected[f"lgb/{version}"], atol=1e-6)
-    assert get(f"{base}/v2/models/lgb_all")["inputs"] == [{"name": "input__0", "datatype": "FP32", "shape": [-1, 4]}]
+        np.testing.assert_allclose(output(doc, "output__0"), expected[f"lgb/{version}"], atol=1e-6)
+    meta = get(f"{base}/v2/models/lgb_all")
+    assert meta["inputs"] == [{"name": "input__0", "datatype": "FP32", "shape": [-1, 4]}]
+    assert [o["name"] for o in meta["outputs"]] == ["output__0"]
 
 
 def test_metadata_and_config_from_the_graph_and_config_pbtxt(served) -> None:
@@ -371,7 +374,7 @@ def test_repository_on_s3(repository, s3_repository) -> None:
         np.testing.assert_allclose(output(doc, "Y"), repository["expected"]["onnx"], atol=1e-6)
         status, doc = infer(base, "lgb_all", repository["x"], version="1")
         assert status == 200, doc
-        np.testing.assert_allclose(output(doc, "predictions"), repository["expected"]["lgb/1"], atol=1e-6)
+        np.testing.assert_allclose(output(doc, "output__0"), repository["expected"]["lgb/1"], atol=1e-6)
         names = {e["name"] for e in post(f"{base}/v2/repository/index", {})[1]}
         assert {"onnx", "lgb_all"} <= names and "xgb" not in names
         # Messages name the bucket's path, never the credentials in the URI.
@@ -379,3 +382,94 @@ def test_repository_on_s3(repository, s3_repository) -> None:
         assert status == 404 and "testing:testing" not in doc["error"], doc
     finally:
         thread.stop()
+
+
+# --- configurations and folders, without a server --------------------------------------------
+
+
+def test_config_pbtxt_version_policies_fil_and_file_name() -> None:
+    from trainwire_predictor.model_repository_dir import VersionPolicy, parse_triton
+
+    found = [1, 2, 3, 5]
+    assert VersionPolicy().select(found) == [5]
+    latest = parse_triton("version_policy: { latest: { num_versions: 2 } }", "m/config.pbtxt").policy
+    assert latest.select(found) == [3, 5]
+    specific = parse_triton("version_policy: { specific: { versions: [1, 3, 4] } }", "m/config.pbtxt").policy
+    assert specific.select(found) == [1, 3]
+    settings = parse_triton(
+        'backend: "fil"\ndefault_model_filename: "xgboost.ubj"\nmax_batch_size: 0\n'
+        'parameters [ { key: "model_type" value: { string_value: "xgboost_ubj" } } ]\n'
+        'input [ { name: "x" data_type: TYPE_FP64 dims: [ -1, 3 ] } ]',
+        "m/config.pbtxt",
+    )
+    assert (settings.framework, settings.filename) == ("xgboost", "xgboost.ubj")
+    assert [(s.name, s.datatype, s.shape) for s in settings.inputs] == [("x", "FP64", (-1, 3))]
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ('platform: "tensorrt_plan"', "'tensorrt_plan' is not served"),
+        ('platform: "onnxruntime_onnx"\ninput [ { name: "x" dims: [ 4 ] } ]', "input 'x' has no data_type"),
+        ('backend: "fil"\nparameters [ { key: "model_type" value: { string_value: "treelite_checkpoint" } } ]', "FIL"),
+        ('default_model_filename: "../../etc/passwd"', "not a plain file name"),
+        ("version_policy: { specific: { } }", "names no versions"),
+        ("max_batch_size: many", "line 1, column 17"),
+    ],
+)
+def test_bad_config_pbtxt_says_what_and_where(text: str, says: str) -> None:
+    from trainwire_core.errors import FailedPreconditionError
+    from trainwire_predictor.model_repository_dir import parse_triton
+
+    with pytest.raises(FailedPreconditionError) as caught:
+        parse_triton(text, "/repo/m/config.pbtxt")
+    assert "/repo/m/config.pbtxt" in caught.value.message and says in caught.value.message, caught.value.message
+
+
+def test_model_settings_json() -> None:
+    from trainwire_core.errors import FailedPreconditionError
+    from trainwire_predictor.model_repository_dir import parse_mlserver
+
+    settings = parse_mlserver(
+        json.dumps(
+            {
+                "implementation": "mlserver_sklearn.SKLearnModel",
+                "parameters": {"uri": "./model.joblib"},
+                "inputs": [{"name": "a", "datatype": "FP64", "shape": [-1]}],
+            }
+        ),
+        "m/model-settings.json",
+    )
+    assert (settings.framework, settings.filename, settings.inputs[0].shape) == ("sklearn", "model.joblib", (-1,))
+    for text, says in (
+        ("{", "not JSON"),
+        ('{"implementation": "mlserver_huggingface.HuggingFaceRuntime"}', "is not served"),
+        ('{"parameters": {"uri": "/etc/model.joblib"}}', "must name a file in the model's folder"),
+        ('{"inputs": [{"name": "a"}]}', "inputs[0] needs name, datatype and shape"),
+    ):
+        with pytest.raises(FailedPreconditionError, match="m/model-settings.json") as caught:
+            parse_mlserver(text, "m/model-settings.json")
+        assert says in caught.value.message, caught.value.message
+
+
+def test_folders_without_a_model_file_or_version_say_so(tmp_path) -> None:
+    from trainwire_core.errors import FailedPreconditionError
+    from trainwire_predictor.model_repository_dir import ModelDirectory
+
+    with pytest.raises(ValueError, match="not a directory"):
+        ModelDirectory(str(tmp_path / "missing"))
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "two" / "1").mkdir(parents=True)
+    (tmp_path / "two" / "1" / "a.onnx").write_bytes(b"")
+    (tmp_path / "two" / "1" / "b.onnx").write_bytes(b"")
+    (tmp_path / "bad name!").mkdir()
+    directory = ModelDirectory(str(tmp_path))
+    assert directory.refresh() == {"empty", "two"}
+    with pytest.raises(FailedPreconditionError, match="no version to serve: version folders none"):
+        directory.read("empty")
+    index, _ = directory.read("two")
+    assert index is not None and index.ordered_ids == ("1",)
+    with pytest.raises(FailedPreconditionError, match=r"several model files \(a.onnx, b.onnx\)"):
+        directory.load("two", "1")
+    listed = {entry.name: entry for entry in directory.listing()}
+    assert listed["two"].versions == (1,) and "no version" in listed["empty"].error

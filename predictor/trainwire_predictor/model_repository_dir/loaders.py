@@ -105,8 +105,43 @@ def _columns(settings: ModelSettings) -> list[str] | None:
     return None
 
 
+class _NamedOutputs:
+    """Mixed into a tabular predictor's class: its outputs under the names a configuration declares.
+
+    One declared output takes every prediction column (``[N]``, or ``[N, K]`` for K columns, as
+    Triton's FIL backend answers); several take the columns one each, in order.
+    """
+
+    output_names: list[str]
+
+    def predict_columns(self, data: Any, feature_columns: Any = None, **kwargs: Any) -> dict[str, np.ndarray]:
+        out = super().predict_columns(data, feature_columns, **kwargs)  # type: ignore[misc]
+        names = self.output_names
+        if len(names) == 1:
+            arrays = list(out.values())
+            return {names[0]: arrays[0] if len(arrays) == 1 else np.column_stack(arrays)}
+        if len(names) != len(out):
+            raise ValueError(f"the model gives {len(out)} output columns; its configuration declares {len(names)}")
+        return dict(zip(names, out.values()))
+
+
+_NAMED_CLASSES: dict[type, type] = {}
+
+
+def _name_outputs(predictor: Predictor, settings: ModelSettings) -> None:
+    """Gives a tabular predictor the configuration's output names (a subclass of its own class, made once)."""
+    base = type(predictor)
+    named = _NAMED_CLASSES.get(base)
+    if named is None:
+        named = _NAMED_CLASSES[base] = type(base.__name__, (_NamedOutputs, base), {})
+    predictor.__class__ = named
+    predictor.output_names = [spec.name for spec in settings.outputs]  # type: ignore[attr-defined]
+
+
 def _tabular(predictor: Predictor, settings: ModelSettings) -> Predictor:
-    """A tabular model with its declared inputs: columns (``_columns``), or one ``[-1, F]`` matrix."""
+    """A tabular model with its declared inputs (columns, ``_columns``, or one ``[-1, F]`` matrix) and outputs."""
+    if settings.outputs:
+        _name_outputs(predictor, settings)
     inputs = settings.inputs
     if not inputs:
         return predictor
@@ -122,7 +157,7 @@ def _tabular(predictor: Predictor, settings: ModelSettings) -> Predictor:
     dtype = np.float32 if spec.datatype == "FP32" else np.float64
     # The outputs' names and datatypes: what one zero row gives.
     probe = predictor.predict_columns(np.zeros((1, max(width, _width(predictor))), dtype=dtype))
-    outputs = [TensorSpec(name, _datatype(arr.dtype), (-1,)) for name, arr in probe.items()]
+    outputs = [TensorSpec(name, _datatype(arr.dtype), (-1, *arr.shape[1:])) for name, arr in probe.items()]
     predictor.declared_specs = ([TensorSpec(spec.name, spec.datatype, (-1, width))], outputs)  # type: ignore[attr-defined]
     # One matrix in the model's column order: no columns to match by name.
     predictor.feature_columns = None
