@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 import uuid
@@ -13,17 +14,28 @@ import pyarrow.fs as pafs
 from google.protobuf import timestamp_pb2
 
 from trainwire.checkpoint import Checkpoint
-from trainwire.config import CheckpointConfig, FailureConfig, RunConfig
+from trainwire.config import FailureConfig
 from trainwire_coordinator.admission.checkpoint_uploads import receive_checkpoint
 from trainwire_coordinator.admission.code_policy import CodePolicy
 from trainwire_coordinator.admission.datasets import DatasetService
-from trainwire_coordinator.admission.fit_checks import FitChecks
+from trainwire_coordinator.admission.fit_checks import FitChecks, run_store
 from trainwire_coordinator.admission.report_checks import ReportSecrets, check_report
 from trainwire_coordinator.admission.runtime_envs import PackageService
-from trainwire_coordinator.backends import get_backend
 from trainwire_coordinator.events import EventLog
+from trainwire_coordinator.execution.admitted_run import AdmittedRun
+from trainwire_coordinator.execution.callbacks import (
+    ControllerCallback,
+    ControllerMetricsCallback,
+    RunEvents,
+    RunPersistence,
+)
 from trainwire_coordinator.execution.checkpoint_manager import CheckpointManager
-from trainwire_coordinator.execution.controller import ControllerDeps, RunController
+from trainwire_coordinator.execution.controller import (
+    ControllerRuntime,
+    ControllerSettings,
+    ReportEndpoint,
+    RunController,
+)
 from trainwire_coordinator.execution.failure_policy import FailurePolicy
 from trainwire_coordinator.execution.run_state import ACTIVE, TERMINAL
 from trainwire_coordinator.execution.worker_pool import WorkerPool
@@ -31,12 +43,7 @@ from trainwire_coordinator.metadata import MetadataStore, RunRecord
 from trainwire_coordinator.metrics import CoordinatorMetrics
 from trainwire_coordinator.run_logs import LogReader, watch_logs
 from trainwire_core.auth import SUBMIT_CODE, Caller, current_caller
-from trainwire_core.errors import (
-    InvalidArgumentError,
-    NotFoundError,
-    PermissionDeniedError,
-    TrainwireError,
-)
+from trainwire_core.errors import InvalidArgumentError, NotFoundError, PermissionDeniedError, TrainwireError
 from trainwire_core.manifest import is_derived_path
 from trainwire_core.storage import Store, is_relative_path
 from trainwire_core.tls import ClientTLS
@@ -109,7 +116,6 @@ class RunManager:
         self.store = store
         self.datasets = datasets
         self.events = EventLog(metadata, watch_poll_s)
-        self.coordinator_address = coordinator_address
         self.packages = packages or PackageService(store)
         self.checks = FitChecks(
             code_policy or CodePolicy(store),
@@ -119,19 +125,32 @@ class RunManager:
             allow_pip_installs=allow_pip_installs,
             pip_allowed_index_urls=tuple(pip_allowed_index_urls),
             capacity_wait_s=capacity_wait_s,
+            store=store,
         )
-        self.log_max_bytes = log_max_bytes
-        self.materialize_below_bytes = materialize_below_bytes
-        self.pending_reason_after_s = pending_reason_after_s
-        self.stall_after_s = (stall_reason_after_s, stall_fail_after_s)
+        # Every run's controller gets the same settings, collaborators and callbacks, built once here.
+        self.controller_settings = ControllerSettings(
+            pending_reason_after_s=pending_reason_after_s,
+            stall_reason_after_s=stall_reason_after_s,
+            stall_fail_after_s=stall_fail_after_s,
+            log_max_bytes=log_max_bytes,
+            materialize_below_bytes=materialize_below_bytes,
+        )
         # Set when this coordinator is embedded in one program: its runs end with that program.
         self.embedded_owner = embedded_owner
         self.policy_factory = policy_factory
         self.pool = WorkerPool(worker_pool_idle_s)
         self.report_secrets = ReportSecrets(report_key)
-        self.report_tls = report_tls
+        self.controller_runtime = ControllerRuntime(
+            report=ReportEndpoint(coordinator_address, self.report_secrets.secret_for, report_tls), pool=self.pool
+        )
         self.controllers: dict[str, RunController] = {}
         self.metrics = CoordinatorMetrics(lambda: [c.run.state for c in list(self.controllers.values())])
+        # In this order: the metrics, then the event (a watcher that sees the end has it), then the record.
+        self.callbacks: list[ControllerCallback] = [
+            ControllerMetricsCallback(self.metrics),
+            RunEvents(self.events.append),
+            RunPersistence(self._save),
+        ]
 
     async def recover(self) -> list[str]:
         """Carries on the runs a previous coordinator left active; returns their ids.
@@ -160,13 +179,12 @@ class RunManager:
                 await self._end_unadopted(run, common_pb2.CANCELLED, PROGRAM_EXITED)
                 continue
             try:
-                run_config, datasets = await asyncio.to_thread(self.checks.validate, run.request, check_capacity=False)
-                store = await asyncio.to_thread(self._run_store, run_config.storage_path)
+                admitted = await asyncio.to_thread(self.checks.validate, run.request, check_capacity=False)
             except TrainwireError as exc:
                 reason = f"the coordinator restarted and cannot carry the run on: {exc.message}"
                 await self._end_unadopted(run, common_pb2.FAILED, reason)
                 continue
-            self._launch(self._controller(run, run_config, datasets, store), resume=True)
+            self._launch(self._controller(run, admitted), resume=True)
             resumed.append(run.run_id)
         if resumed:
             logger.info("carrying on %d run(s) left active by the previous coordinator", len(resumed))
@@ -191,7 +209,7 @@ class RunManager:
 
     def check_fit(
         self, request: coordinator_pb2.FitRequest, caller: Caller, *, check_capacity: bool = True
-    ) -> tuple[RunConfig, dict]:
+    ) -> AdmittedRun:
         """Every check a Fit from ``caller`` passes before it is recorded (``FitChecks.check``); blocking."""
         return self.checks.check(request, caller, check_capacity=check_capacity)
 
@@ -206,10 +224,10 @@ class RunManager:
         """Checks and records a run, then starts it (a search's trials name their search and index)."""
         caller = current_caller()
         # Dataset and checkpoint checks read the store; capacity asks Ray: off the event loop.
-        run_config, datasets = await asyncio.to_thread(self.check_fit, request, caller)
-        store = await asyncio.to_thread(self._run_store, run_config.storage_path)
+        admitted = await asyncio.to_thread(self.check_fit, request, caller)
+        store = admitted.store
         run_id = uuid.uuid4().hex[:16]
-        name = run_config.name or f"{request.framework}-{run_id[:8]}"
+        name = admitted.run_config.name or f"{request.framework}-{run_id[:8]}"
         run = coordinator_pb2.Run(
             run_id=run_id,
             name=name,
@@ -230,37 +248,22 @@ class RunManager:
         await self.events.append(
             coordinator_pb2.RunEvent(run_id=run_id, state_change=coordinator_pb2.StateChange(state=common_pb2.PENDING))
         )
-        self._launch(self._controller(run, run_config, datasets, store))
+        self._launch(self._controller(run, admitted))
         return run
 
-    def _controller(
-        self, run: coordinator_pb2.Run, run_config: RunConfig, datasets: dict, store: Store
-    ) -> RunController:
-        request = run.request
+    def _controller(self, run: coordinator_pb2.Run, admitted: AdmittedRun) -> RunController:
+        # The run's own copy of the request: one copy of its pickled code per live run, not two.
+        admitted = dataclasses.replace(admitted, request=run.request)
         return RunController(
             run=run,
-            request=request,
-            backend=get_backend(request.framework).for_request(request),
-            datasets=datasets,
-            deps=ControllerDeps(
-                store=store,
-                save_run=self._save,
-                emit=self.events.append,
-                coordinator_address=self.coordinator_address,
-                report_secret=self.report_secrets.secret_for,
-                report_tls=self.report_tls,
-                pending_reason_after_s=self.pending_reason_after_s,
-                pool=self.pool,
-                metrics=self.metrics,
-                stall_reason_after_s=self.stall_after_s[0],
-                stall_fail_after_s=self.stall_after_s[1],
-                log_max_bytes=self.log_max_bytes,
-                materialize_below_bytes=self.materialize_below_bytes,
-            ),
-            policy=self.policy_factory(run_config.failure_config),
+            admitted=admitted,
+            runtime=self.controller_runtime,
+            policy=self.policy_factory(admitted.failure_config),
             checkpoints=CheckpointManager(
-                store, run.run_id, run.name, run_config.checkpoint_config or CheckpointConfig(), request.framework
+                admitted.store, run.run_id, run.name, admitted.checkpoint_config, admitted.request.framework
             ),
+            callbacks=self.callbacks,
+            settings=self.controller_settings,
         )
 
     def _launch(self, controller: RunController, resume: bool = False) -> None:
@@ -277,16 +280,7 @@ class RunManager:
 
     def _run_store(self, storage_path: str | None) -> Store:
         """The run's own store (``RunConfig.storage_path``), else the coordinator's."""
-        if not storage_path:
-            return self.store
-        try:
-            return Store(storage_path)
-        except InvalidArgumentError as exc:
-            raise InvalidArgumentError(exc.message, field="run_config.storage_path") from exc
-        except OSError as exc:
-            raise InvalidArgumentError(
-                f"cannot use storage_path {storage_path!r}: {exc}", field="run_config.storage_path"
-            ) from exc
+        return run_store(self.store, storage_path)
 
     def get_run(self, run_id: str) -> coordinator_pb2.Run:
         if not run_id:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pandas as pd
 import pytest
 
@@ -126,8 +128,11 @@ def test_a_rank_blocked_on_a_streamed_split_shows_in_the_reason(coordinator, cli
     from trainwire_core.v1 import common_pb2
 
     runs = coordinator.server.runs
-    monkeypatch.setattr(runs, "materialize_below_bytes", 0)  # stream, as large datasets do
-    monkeypatch.setattr(runs, "stall_after_s", (2.0, 0.0))
+    # Stream, as large datasets do, and name a blocked rank after 2 s.
+    settings = dataclasses.replace(
+        runs.controller_settings, materialize_below_bytes=0, stall_reason_after_s=2.0, stall_fail_after_s=0.0
+    )
+    monkeypatch.setattr(runs, "controller_settings", settings)
     trainer = TorchTrainer(
         rank_zero_validates,
         scaling_config=ScalingConfig(num_workers=2),

@@ -7,13 +7,21 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
-from trainwire.config import FailureConfig
-from trainwire_coordinator.execution.controller import ControllerDeps, RunController
+from trainwire.config import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
+from trainwire_coordinator.execution.admitted_run import AdmittedRun
+from trainwire_coordinator.execution.callbacks import ControllerCallback, RunEvents, RunPersistence
+from trainwire_coordinator.execution.controller import (
+    ControllerRuntime,
+    ControllerSettings,
+    ReportEndpoint,
+    RunController,
+)
 from trainwire_coordinator.execution.controller_states import (
     Cancelled,
     Failed,
@@ -24,6 +32,7 @@ from trainwire_coordinator.execution.controller_states import (
     Succeeded,
 )
 from trainwire_coordinator.execution.failure_policy import FailurePolicy
+from trainwire_coordinator.execution.placement import PlacementPlan
 from trainwire_coordinator.execution.run_state import RESIZE_AFTER_LOSS_S, TRANSITIONS
 from trainwire_core.storage import Store
 from trainwire_core.structs import metrics_to_struct
@@ -143,12 +152,6 @@ class FakeBackend:
         # Set by a test to hold the process-group set-up (a slow rendezvous).
         self.hold_start: asyncio.Event | None = None
 
-    def placement_scaling(self, request: Any) -> Any:
-        return request.scaling_config
-
-    def side_bundles(self, request: Any) -> list[dict[str, float]]:
-        return []
-
     def worker_env(self, request: Any) -> dict[str, str]:
         return {}
 
@@ -250,6 +253,7 @@ class Harness:
         stall_after_s: tuple[float, float] = (60.0, 0.0),
         data: Any = None,
         pool: Any = None,
+        callbacks: Sequence[ControllerCallback] = (),
         **kw: Any,
     ):
         self.placement = FakePlacement(**kw)
@@ -271,29 +275,37 @@ class Harness:
             self.events.append(event)
             return len(self.events)
 
-        deps = ControllerDeps(
-            store=Store(f"file://{tmp_path}"),
-            save_run=save,
-            emit=emit,
-            coordinator_address=lambda: "127.0.0.1:1",
-            pending_reason_after_s=0.01,
-            placement=self.placement,
-            clock=self.clock,
-            stall_reason_after_s=stall_after_s[0],
-            stall_fail_after_s=stall_after_s[1],
+        runtime = ControllerRuntime(
+            report=ReportEndpoint(lambda: "127.0.0.1:1"), placement=self.placement, clock=self.clock
         )
         if pool is not None:
-            deps.pool = pool
-        policy = FailurePolicy(FailureConfig(max_failures=max_failures))
+            runtime.pool = pool
+        settings = ControllerSettings(
+            pending_reason_after_s=0.01, stall_reason_after_s=stall_after_s[0], stall_fail_after_s=stall_after_s[1]
+        )
+        failure = FailureConfig(max_failures=max_failures)
         self.backend = FakeBackend()
+        scaling = common_pb2.ScalingConfig()
+        scaling.CopyFrom(request.scaling_config)
+        admitted = AdmittedRun(
+            request=request,
+            backend=self.backend,  # type: ignore[arg-type]
+            scaling_config=ScalingConfig.from_proto(request.scaling_config),
+            run_config=RunConfig(failure_config=failure),
+            failure_config=failure,
+            checkpoint_config=CheckpointConfig(),
+            datasets={},
+            store=Store(f"file://{tmp_path}"),
+            plan=PlacementPlan(scaling),
+        )
         self.controller = RunController(
             self.run,
-            request,
-            self.backend,
-            {},
-            deps,
-            policy,
+            admitted,
+            runtime,
+            FailurePolicy(failure),
             self.checkpoints,
+            callbacks=[*callbacks, RunEvents(emit), RunPersistence(save)],
+            settings=settings,
             data=data,
         )
 
@@ -559,7 +571,7 @@ def test_a_new_coordinator_takes_a_run_over_without_counting_a_failure(tmp_path)
 def test_ranks_left_running_after_others_finished_are_named_then_failed(tmp_path):
     async def scenario() -> None:
         h = Harness(tmp_path, workers=3, max_failures=0, stall_after_s=(0.1, 0.4))
-        h.controller.deps.clock = time.monotonic  # its waits are the event loop's, in real time
+        h.controller.runtime.clock = time.monotonic  # its waits are the event loop's, in real time
         h.controller.start()
         group = await h.placement.next_group(1)
         group.finish(0)

@@ -2,6 +2,9 @@
 
 ``RunManager`` holds one ``FitChecks``; a search checks its first trial with the same one. The
 checks are blocking (they read the store and ask Ray), so callers run them off the event loop.
+What they decide comes back as one ``AdmittedRun``: the parsed configs, the resolved datasets,
+the run's store and its placement plan (``placement_plan``, the one place a plan is derived
+from a request), which the controller takes as it is.
 """
 
 from __future__ import annotations
@@ -9,21 +12,23 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pyarrow.fs as pafs
 import ray
 
 from trainwire.checkpoint import Checkpoint
-from trainwire.config import RunConfig, ScalingConfig, check_structs
+from trainwire.config import CheckpointConfig, RunConfig, ScalingConfig, check_structs
 from trainwire_coordinator.admission.code_policy import CodePolicy
 from trainwire_coordinator.admission.datasets import DatasetService
 from trainwire_coordinator.admission.runtime_envs import PackageService, check_runtime_env
-from trainwire_coordinator.backends import get_backend
-from trainwire_coordinator.execution.placement import bundles_for
+from trainwire_coordinator.backends import CoordinatorBackend, get_backend
+from trainwire_coordinator.execution.admitted_run import AdmittedRun
+from trainwire_coordinator.execution.placement import PlacementPlan, bundles_for
 from trainwire_coordinator.execution.preprocessors import build_preprocessor
 from trainwire_core.auth import SUBMIT_CODE, Caller, current_caller
 from trainwire_core.errors import InvalidArgumentError, PermissionDeniedError, ResourceExhaustedError
+from trainwire_core.storage import Store
 from trainwire_core.v1 import common_pb2, coordinator_pb2
 
 logger = logging.getLogger(__name__)
@@ -46,6 +51,27 @@ def carried_code(request: coordinator_pb2.FitRequest) -> bool:
         or request.pickled_preprocessor
         or request.run_config.HasField("runtime_env")
     )
+
+
+def placement_plan(backend: CoordinatorBackend, request: coordinator_pb2.FitRequest) -> PlacementPlan:
+    """Where ``request``'s groups are placed, as its framework's backend says; the one derivation of a plan."""
+    placed = common_pb2.ScalingConfig()
+    placed.CopyFrom(backend.placement_scaling(request))  # some backends hand back the request's own
+    return PlacementPlan(placed, tuple(dict(b) for b in backend.side_bundles(request)))
+
+
+def run_store(default: Store, storage_path: str | None) -> Store:
+    """The run's own store (``RunConfig.storage_path``), else ``default`` (the coordinator's)."""
+    if not storage_path:
+        return default
+    try:
+        return Store(storage_path)
+    except InvalidArgumentError as exc:
+        raise InvalidArgumentError(exc.message, field="run_config.storage_path") from exc
+    except OSError as exc:
+        raise InvalidArgumentError(
+            f"cannot use storage_path {storage_path!r}: {exc}", field="run_config.storage_path"
+        ) from exc
 
 
 def check_feasible(
@@ -138,6 +164,8 @@ class FitChecks:
         allow_pip_installs: Runtime environments may install pip packages.
         pip_allowed_index_urls: The package indexes a pip line may name.
         capacity_wait_s: How long a Fit too big for the cluster waits for nodes to join.
+        store: The coordinator's store, where runs without a ``storage_path`` write (default: the
+            code policy's).
     """
 
     code_policy: CodePolicy
@@ -147,10 +175,9 @@ class FitChecks:
     allow_pip_installs: bool = True
     pip_allowed_index_urls: tuple[str, ...] = ()
     capacity_wait_s: float = 0.0
+    store: Store | None = field(default=None, repr=False)
 
-    def check(
-        self, request: coordinator_pb2.FitRequest, caller: Caller, *, check_capacity: bool = True
-    ) -> tuple[RunConfig, dict]:
+    def check(self, request: coordinator_pb2.FitRequest, caller: Caller, *, check_capacity: bool = True) -> AdmittedRun:
         """Every check a Fit from ``caller`` passes before it is recorded; blocking (store reads, Ray).
 
         Carried code needs submit-code before anything in the request is looked at further.
@@ -161,17 +188,20 @@ class FitChecks:
 
     def validate(
         self, request: coordinator_pb2.FitRequest, *, check_capacity: bool = True, caller: Caller | None = None
-    ) -> tuple[RunConfig, dict]:
-        """Checks a Fit as ``caller`` (the RPC's caller by default) may send it; blocking (store reads)."""
+    ) -> AdmittedRun:
+        """Checks a Fit as ``caller`` (the RPC's caller by default) may send it; blocking (store reads).
+
+        Returns:
+            What the checks decided, for the run's controller.
+        """
         caller = caller or current_caller()
         backend = get_backend(request.framework)
         check_structs(request)
         self.check_paths(request)
         self.code_policy.check_code_names(request, caller)
-        if request.HasField("scaling_config"):
-            ScalingConfig.from_proto(request.scaling_config)
-        else:
+        if not request.HasField("scaling_config"):
             request.scaling_config.num_workers = 1
+        scaling_config = ScalingConfig.from_proto(request.scaling_config)
         run_config = RunConfig.from_proto(request.run_config)
         if run_config.sync_config.sync_artifacts and request.WhichOneof("trainer") != "data_parallel":
             # Declarative trainers run no user code that could write artifacts.
@@ -214,14 +244,21 @@ class FitChecks:
                     f"resume_from_checkpoint {request.resume_from_checkpoint!r} does not exist",
                     field="resume_from_checkpoint",
                 )
+        runner = backend.for_request(request)
+        plan = placement_plan(runner, request)
         if check_capacity:
-            wait_until_feasible(
-                backend.placement_scaling(request),
-                cluster_view,
-                self.capacity_wait_s,
-                side=backend.side_bundles(request),
-            )
-        return run_config, datasets
+            wait_until_feasible(plan.scaling, cluster_view, self.capacity_wait_s, side=plan.side_bundles)
+        return AdmittedRun(
+            request=request,
+            backend=runner,
+            scaling_config=scaling_config,
+            run_config=run_config,
+            failure_config=run_config.failure_config,
+            checkpoint_config=run_config.checkpoint_config or CheckpointConfig(),
+            datasets=datasets,
+            store=run_store(self.store or self.code_policy.store, run_config.storage_path),
+            plan=plan,
+        )
 
     def check_paths(self, request: coordinator_pb2.FitRequest) -> None:
         """Every path a Fit names lies in the store or an allowed prefix, before anything opens it."""

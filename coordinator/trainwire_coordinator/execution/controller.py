@@ -11,6 +11,12 @@ worker one ``LossMemory``. The work is done by collaborators behind small interf
 (preprocessor fitting and sharding), ``Checkpoints`` (commits) and a clock; the defaults
 are Ray's, and tests drive the controller with fakes and no Ray. Every state change goes
 through ``_transition``.
+
+What admission decided (configs, datasets, store, placement plan) comes in one
+``AdmittedRun``; the operator's timeouts and budgets in one ``ControllerSettings``. Recording
+the run, its events and its metrics are ``callbacks`` on typed hooks, as Ray Train V2's
+``ControllerCallback``: the controller says what happened, and a callback that fails is
+logged without ending the run.
 """
 
 from __future__ import annotations
@@ -18,12 +24,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from trainwire.train.context import TrainContext
-from trainwire_coordinator.backends import CoordinatorBackend
+from trainwire_coordinator.execution.admitted_run import AdmittedRun
+from trainwire_coordinator.execution.callbacks import ControllerCallback, ControllerCallbacks
 from trainwire_coordinator.execution.controller_states import (
     ControllerState,
     Failed,
@@ -38,7 +45,6 @@ from trainwire_coordinator.execution.controller_states import (
 )
 from trainwire_coordinator.execution.datasets import RunDatasets, report_if_slow
 from trainwire_coordinator.execution.failure_policy import FailurePolicy
-from trainwire_coordinator.execution.placement import bundles_for, scaling_policy
 from trainwire_coordinator.execution.run_state import (
     TERMINAL,
     AttemptOutcome,
@@ -52,9 +58,6 @@ from trainwire_coordinator.execution.run_state import (
     stop_reached,
 )
 from trainwire_coordinator.execution.worker_pool import WorkerPool
-from trainwire_coordinator.metrics import CoordinatorMetrics
-from trainwire_core.dataset_schema import DatasetSchema
-from trainwire_core.storage import Store
 from trainwire_core.structs import flatten_metrics, struct_to_dict
 from trainwire_core.tls import ClientTLS
 from trainwire_core.v1 import common_pb2, coordinator_pb2, worker_reports_pb2
@@ -145,32 +148,56 @@ def _ray_placement() -> Placement:
     return RayPlacement()
 
 
-@dataclass
-class ControllerDeps:
-    """What a controller needs from the coordinator around it."""
+def _no_secret(run_id: str) -> str:
+    return ""
 
-    store: Store
-    save_run: Callable[[coordinator_pb2.Run], Awaitable[None]]
-    emit: Callable[[coordinator_pb2.RunEvent], Awaitable[int]]
-    coordinator_address: Callable[[], str]
-    # The secret a run's workers present on their report streams.
-    report_secret: Callable[[str], str] = lambda run_id: ""
-    # How workers verify the coordinator on their report streams (None: plaintext).
-    report_tls: ClientTLS | None = None
+
+@dataclass(frozen=True)
+class ReportEndpoint:
+    """Where a run's workers send their reports, and how they prove who they are.
+
+    Attributes:
+        address: Returns the address workers report to (known once the server listens).
+        secret: The secret a run's workers present on their report streams, by run id.
+        tls: How workers verify the coordinator on their report streams (None: plaintext).
+    """
+
+    address: Callable[[], str]
+    secret: Callable[[str], str] = _no_secret
+    tls: ClientTLS | None = None
+
+
+@dataclass(frozen=True)
+class ControllerSettings:
+    """The operator's timeouts and budgets for every run's controller, built once per coordinator.
+
+    Attributes:
+        pending_reason_after_s: A wait longer than this (placement, a preprocessor fit, a shard
+            read) shows what the run waits for in its state reason.
+        stall_reason_after_s: Ranks still running this long after another rank finished are named
+            in the state reason (a rank blocked on a shard read or a collective waits for peers
+            that have stopped).
+        stall_fail_after_s: ... and after this long (0: never) the attempt fails with that reason.
+        log_max_bytes: The most of one rank's output per attempt that the store keeps (0: all).
+        materialize_below_bytes: Ray Data datasets whose files are at most this size are read once
+            per attempt (0: never).
+    """
+
     pending_reason_after_s: float = 1.0
+    stall_reason_after_s: float = 60.0
+    stall_fail_after_s: float = 0.0
+    log_max_bytes: int = 64 << 20
+    materialize_below_bytes: int = 0
+
+
+@dataclass
+class ControllerRuntime:
+    """The collaborators every run's controller shares: the report endpoint, warm groups, placement, a clock."""
+
+    report: ReportEndpoint
     pool: Pool = field(default_factory=lambda: WorkerPool(0))
-    metrics: CoordinatorMetrics = field(default_factory=CoordinatorMetrics)
     placement: Placement = field(default_factory=_ray_placement)
     clock: Callable[[], float] = time.monotonic
-    # Ranks still running this long after another rank finished are named in the state reason
-    # (a rank blocked on a shard read or a collective waits for peers that have stopped).
-    stall_reason_after_s: float = 60.0
-    # ... and after this long (0: never) the attempt fails with that reason.
-    stall_fail_after_s: float = 0.0
-    # The most of one rank's output per attempt that the store keeps (0: all).
-    log_max_bytes: int = 64 << 20
-    # Ray Data datasets whose files are at most this size are read once per attempt (0: never).
-    materialize_below_bytes: int = 0
 
 
 def _error_from_exception(rank: int, attempt: int, exc: BaseException) -> common_pb2.WorkerError:
@@ -188,45 +215,46 @@ class RunController:
     """Runs one run to its end: placement, backend setup, training, restarts.
 
     Args:
-        run: The run's live view; the controller updates and saves it.
-        request: The validated Fit request.
-        backend: The framework's coordinator half.
-        datasets: Resolved datasets by name.
-        deps: Store, persistence, event hooks and the collaborators.
+        run: The run's live view; the controller updates it, its callbacks record it.
+        admitted: What admission decided: the request, its backend, datasets, store and placement plan.
+        runtime: The report endpoint, warm groups, placement and clock.
         policy: Decides restarts after failures.
         checkpoints: Commits the run's checkpoints.
+        callbacks: Told of state changes, reports, commits, failures and restarts, in this order.
+        settings: Timeouts and budgets (default: ``ControllerSettings()``).
         data: Fits the run's preprocessor and shards its datasets (default: ``RunDatasets``).
     """
 
     def __init__(
         self,
         run: coordinator_pb2.Run,
-        request: coordinator_pb2.FitRequest,
-        backend: CoordinatorBackend,
-        datasets: dict[str, DatasetSchema],
-        deps: ControllerDeps,
+        admitted: AdmittedRun,
+        runtime: ControllerRuntime,
         policy: FailurePolicy,
         checkpoints: Checkpoints,
         *,
+        callbacks: Sequence[ControllerCallback] = (),
+        settings: ControllerSettings | None = None,
         data: RunData | None = None,
     ) -> None:
         self.run = run
-        self.request = request
-        self.backend = backend
-        self.datasets = datasets
-        self.deps = deps
+        self.admitted = admitted
+        self.request = admitted.request
+        self.backend = admitted.backend
+        self.datasets = admitted.datasets
+        self.plan = admitted.plan
+        self.runtime = runtime
+        self.settings = settings or ControllerSettings()
+        self.callbacks = ControllerCallbacks(callbacks)
         self.policy = policy
         self.checkpoints = checkpoints
         self.data: RunData = (
             data
             if data is not None
-            else RunDatasets(request, datasets, checkpoints, materialize_below_bytes=deps.materialize_below_bytes)
+            else RunDatasets(admitted, checkpoints, materialize_below_bytes=self.settings.materialize_below_bytes)
         )
         self.task: asyncio.Task | None = None
-        # What the reservation is made from (a backend may place its trainer on its worker).
-        self.placed = backend.placement_scaling(request)
-        self.side_bundles = backend.side_bundles(request)
-        self.scaling = scaling_policy(self.placed)
+        self.scaling = self.plan.scaling_policy()
         self.signals = Signals()
         self.losses = LossMemory()
         # The size of the current attempt's group.
@@ -262,7 +290,7 @@ class RunController:
             self.run.attempt += 1
             self.run.num_coordinator_restarts += 1
             where = f"from checkpoint {latest.checkpoint_id}" if latest is not None else "from the start"
-            self.deps.metrics.restarts.labels("coordinator_restart").inc()
+            await self.callbacks.on_restart(self.run, "coordinator_restart")
             await self._transition(Restarting(f"the coordinator restarted; resuming {where}", "coordinator_restart"))
         except Exception as exc:  # noqa: BLE001 - a run that cannot be taken up still ends
             logger.exception("run %s: cannot resume", self.run.run_id)
@@ -296,15 +324,10 @@ class RunController:
             self.state = new
             return
         check_transition(self.run.state, state)
-        self.state = new
-        if state in TERMINAL:
-            self.deps.metrics.finished(state)
+        previous, self.state = self.state, new
         self.run.state = state
         self.run.state_reason = reason
-        # Event before record: a watcher that sees the end has the event too.
-        change = coordinator_pb2.StateChange(state=state, reason=reason, cause=new.cause)
-        await self.deps.emit(coordinator_pb2.RunEvent(run_id=self.run.run_id, state_change=change))
-        await self.deps.save_run(self.run)
+        await self.callbacks.after_controller_state_update(self.run, previous, new)
 
     async def _main(self) -> None:
         try:
@@ -326,10 +349,9 @@ class RunController:
                 )
                 following = after_attempt(outcome, self.run.num_failures, self.policy)
                 if signals.worker_lost:
-                    self.losses.note_loss(committed, self.deps.clock())
+                    self.losses.note_loss(committed, self.runtime.clock())
                 if error is not None and following.run_state != common_pb2.CANCELLED and not signals.suspend:
-                    self.deps.metrics.worker_failures.labels(str(following.counts_as_failure).lower()).inc()
-                    await self.deps.emit(coordinator_pb2.RunEvent(run_id=self.run.run_id, worker_error=error))
+                    await self.callbacks.on_worker_error(self.run, error, following.counts_as_failure)
                 if following.counts_as_failure:
                     self.run.num_failures += 1
                 if isinstance(following, Failed) and following.error is not None:
@@ -338,8 +360,8 @@ class RunController:
                 if not following.restarts:
                     return
                 self.losses.grow_to = following.resize_to  # the size the policy chose, for the next group
-                self.deps.metrics.restarts.labels(following.cause).inc()
                 self.run.attempt += 1
+                await self.callbacks.on_restart(self.run, following.cause)
                 signals.next_attempt()
                 self._interrupt.clear()
                 # After any commit still in flight (a report that came just before the group ended):
@@ -353,15 +375,14 @@ class RunController:
 
     # --- one attempt -------------------------------------------------------------
     async def _reserve(self, num_workers: int) -> Any:
-        scaling = self.placed
-        bundles = bundles_for(scaling, num_workers)
-        placement = self.deps.placement
-        reservation = placement.reserve(bundles + self.side_bundles, scaling.placement_strategy or "PACK")
+        bundles = self.plan.bundles(num_workers)
+        placement = self.runtime.placement
+        reservation = placement.reserve(bundles + list(self.plan.side_bundles), self.plan.strategy)
         ready = asyncio.ensure_future(reservation.ready())
-        done, _ = await asyncio.wait([ready], timeout=self.deps.pending_reason_after_s)
+        done, _ = await asyncio.wait([ready], timeout=self.settings.pending_reason_after_s)
         if not done:
             await self._transition(
-                Reserving(self.attempt, num_workers, bundles[-1], placement.available(), tuple(self.side_bundles))
+                Reserving(self.attempt, num_workers, bundles[-1], placement.available(), self.plan.side_bundles)
             )
             interrupt = asyncio.ensure_future(self._interrupt.wait())
             await asyncio.wait([ready, interrupt], return_when=asyncio.FIRST_COMPLETED)
@@ -370,10 +391,9 @@ class RunController:
         return reservation
 
     def _pool_key(self, num_workers: int) -> tuple:
-        scaling = self.placed
-        bundles = tuple(tuple(sorted(b.items())) for b in bundles_for(scaling, num_workers))
+        bundles = tuple(tuple(sorted(b.items())) for b in self.plan.bundles(num_workers))
         env = tuple(sorted(self.backend.worker_env(self.request).items()))
-        return (self.backend.name, bundles, scaling.placement_strategy or "PACK", env)
+        return (self.backend.name, bundles, self.plan.strategy, env)
 
     async def _start_group(self) -> tuple[Any, Group] | None:
         """A warm group of the same shape if the pool has one, else a new reservation and actors.
@@ -382,29 +402,29 @@ class RunController:
         """
         if not self.scaling.elastic:
             key = self._pool_key(self.scaling.max_workers)
-            if self.backend.reuse_workers and (warm := self.deps.pool.acquire(key)) is not None:
+            if self.backend.reuse_workers and (warm := self.runtime.pool.acquire(key)) is not None:
                 self.world_size = self.scaling.max_workers
                 await self._transition(Starting(self.world_size, warm=True))
                 return warm
         # Idle pooled groups hold resources this run may need.
-        self.deps.pool.evict_all()
-        available = await asyncio.to_thread(self.deps.placement.available) if self.scaling.elastic else {}
-        num_workers = group_size(self.scaling, available, self.losses, self.world_size, self.deps.clock())
+        self.runtime.pool.evict_all()
+        available = await asyncio.to_thread(self.runtime.placement.available) if self.scaling.elastic else {}
+        num_workers = group_size(self.scaling, available, self.losses, self.world_size, self.runtime.clock())
         reservation = await self._reserve(num_workers)
         if self.signals.stop_requested:
-            self.deps.placement.release(reservation)
+            self.runtime.placement.release(reservation)
             return None
         self.world_size = num_workers
         await self._transition(Starting(num_workers, self.scaling.max_workers, self.scaling.elastic))
         try:
-            resources = bundles_for(self.placed, num_workers)[-1]
+            resources = self.plan.bundles(num_workers)[-1]
             env = self.backend.worker_env(self.request)
-            group = await self.deps.placement.start_group(
-                reservation, num_workers, resources, env, capture_child_tasks=bool(self.side_bundles)
+            group = await self.runtime.placement.start_group(
+                reservation, num_workers, resources, env, capture_child_tasks=bool(self.plan.side_bundles)
             )
             await group.check_framework(self.backend.name)
         except BaseException:
-            self.deps.placement.release(reservation)
+            self.runtime.placement.release(reservation)
             raise
         return reservation, group
 
@@ -415,13 +435,13 @@ class RunController:
             if self.data.preprocessor_unfitted():
                 # Before the reservation, as Ray Train's driver does: the fit's Ray Data tasks
                 # need CPUs that the run's placement group (or idle warm groups) would hold.
-                self.deps.pool.evict_all()
+                self.runtime.pool.evict_all()
                 attempt = self.attempt
                 await report_if_slow(
                     asyncio.to_thread(self.data.fit_preprocessor),
-                    self.deps.pending_reason_after_s,
+                    self.settings.pending_reason_after_s,
                     # Ray Data's fit tasks compete for the CPUs the cluster reports free.
-                    lambda: self._transition(FittingPreprocessor(attempt, "train", self.deps.placement.available())),
+                    lambda: self._transition(FittingPreprocessor(attempt, "train", self.runtime.placement.available())),
                     self._interrupt,
                 )
                 if self.signals.stop_requested:
@@ -439,9 +459,9 @@ class RunController:
             world_size, datasets = len(group), tuple(self.datasets)
             shards = await report_if_slow(
                 asyncio.to_thread(self.data.shards, world_size, reservation, self.backend.uses_ray_data),
-                self.deps.pending_reason_after_s,
+                self.settings.pending_reason_after_s,
                 # A run never waits silently: a slow read or split says what it waits for.
-                lambda: self._transition(PreparingShards(world_size, datasets, self.deps.placement.available())),
+                lambda: self._transition(PreparingShards(world_size, datasets, self.runtime.placement.available())),
                 self._interrupt,
             )
             if shards is None:
@@ -461,15 +481,16 @@ class RunController:
             except Exception:  # noqa: BLE001 - best effort on a group being torn down
                 clean = False
             if clean and self.backend.reuse_workers and not self.scaling.elastic:
-                await self.deps.pool.release(self._pool_key(len(group)), reservation, group)  # type: ignore[arg-type]
+                await self.runtime.pool.release(self._pool_key(len(group)), reservation, group)  # type: ignore[arg-type]
             else:
                 group.shutdown(graceful=clean)
-                self.deps.placement.release(reservation)
+                self.runtime.placement.release(reservation)
 
     def _worker_runs(self, group: Group, shards: list[dict[str, Any]]) -> list[WorkerRun]:
         latest = self.checkpoints.latest
         start_from = self.checkpoints.info(latest).uri if latest is not None else self.request.resume_from_checkpoint
         request_bytes = self.request.SerializeToString()  # once for every rank
+        store, report = self.admitted.store, self.runtime.report
         return [
             WorkerRun(
                 framework=self.backend.name,
@@ -485,14 +506,14 @@ class RunController:
                     attempt=self.attempt,
                     storage_path=self.run.path,
                 ),
-                coordinator_address=self.deps.coordinator_address(),
-                report_secret=self.deps.report_secret(self.run.run_id),
-                report_tls=self.deps.report_tls,
-                store_uri=self.deps.store.uri_of(self.deps.store.root),
+                coordinator_address=report.address(),
+                report_secret=report.secret(self.run.run_id),
+                report_tls=report.tls,
+                store_uri=store.uri_of(store.root),
                 checkpoint_uri=start_from,
                 dataset_shards=shard,
                 next_report_index=self.run.last_report_index + 1,
-                log_max_bytes=self.deps.log_max_bytes,
+                log_max_bytes=self.settings.log_max_bytes,
             )
             for meta, shard in zip(group.metas, shards)
         ]
@@ -533,7 +554,7 @@ class RunController:
                                 return lost
                         return error
                     if not finished:
-                        first_finished_at = self.deps.clock()
+                        first_finished_at = self.runtime.clock()
                     finished.append(rank)
             return None
         finally:
@@ -543,23 +564,23 @@ class RunController:
 
     def _stall_wait(self, first_finished_at: float) -> float:
         """How long to wait for the ranks left before looking at them again."""
-        waited = self.deps.clock() - first_finished_at
-        deadlines = [self.deps.stall_reason_after_s]
-        if self.deps.stall_fail_after_s > 0:
-            deadlines.append(self.deps.stall_fail_after_s)
+        waited = self.runtime.clock() - first_finished_at
+        deadlines = [self.settings.stall_reason_after_s]
+        if self.settings.stall_fail_after_s > 0:
+            deadlines.append(self.settings.stall_fail_after_s)
         ahead = [d - waited for d in deadlines if d > waited]
-        return max(min(ahead), 0.01) if ahead else self.deps.stall_reason_after_s
+        return max(min(ahead), 0.01) if ahead else self.settings.stall_reason_after_s
 
     async def _on_stall(
         self, running: list[int], finished: list[int], first_finished_at: float
     ) -> common_pb2.WorkerError | None:
         """Shows ranks that run on after others finished; fails the attempt once the setting says so."""
-        waited = self.deps.clock() - first_finished_at
-        if waited < self.deps.stall_reason_after_s:
+        waited = self.runtime.clock() - first_finished_at
+        if waited < self.settings.stall_reason_after_s:
             return None
         stalled = Stalled(tuple(running), tuple(finished), waited)
         await self._transition(stalled)
-        if 0 < self.deps.stall_fail_after_s <= waited:
+        if 0 < self.settings.stall_fail_after_s <= waited:
             return common_pb2.WorkerError(
                 world_rank=running[0], attempt=self.attempt, exc_type="StalledError", message=stalled.reason
             )
@@ -596,18 +617,13 @@ class RunController:
             del self._pending[msg.report_index]
         if report.world_rank == 0:
             self.run.latest_metrics.CopyFrom(msg.metrics)
-            await self.deps.emit(
-                coordinator_pb2.RunEvent(
-                    run_id=self.run.run_id,
-                    metrics=coordinator_pb2.MetricsEvent(report_index=msg.report_index, metrics=msg.metrics),
-                )
-            )
+            await self.callbacks.on_report(self.run, msg.report_index, msg.metrics)
             if stop_reached(self.request.run_config.stop, flatten_metrics(struct_to_dict(msg.metrics))):
                 self.signals.stop_reached = True
                 self._interrupt.set()
         if complete and any(r.checkpoint_id for r in by_rank.values()):
             await self._commit(msg.report_index, by_rank)
-        await self.deps.save_run(self.run)
+        await self.callbacks.after_report(self.run)
 
     async def _commit(self, index: int, by_rank: dict[int, worker_reports_pb2.TrainingReport]) -> None:
         checkpoint_id = next(r.checkpoint_id for r in by_rank.values() if r.checkpoint_id)
@@ -616,21 +632,20 @@ class RunController:
         metrics = struct_to_dict(by_rank[0].metrics) if 0 in by_rank else {}
         # Commits run one at a time, in report order (the lock is FIFO).
         async with self._commit_lock:
-            with self.deps.metrics.commit_seconds.time():
-                committed = await asyncio.to_thread(
-                    self.checkpoints.commit, checkpoint_id, index, metrics, files, staged
-                )
+            started = time.perf_counter()
+            committed = await asyncio.to_thread(self.checkpoints.commit, checkpoint_id, index, metrics, files, staged)
+            seconds = time.perf_counter() - started
             info = self.checkpoints.info(committed)
             self.refresh_checkpoints()
-            await self.deps.emit(coordinator_pb2.RunEvent(run_id=self.run.run_id, checkpoint=info))
+            await self.callbacks.on_checkpoint_committed(self.run, info, seconds)
         await self._maybe_resize()
 
     async def _maybe_resize(self) -> None:
         """At a checkpoint, asks the scaling policy whether a larger group would fit now."""
         if not self.scaling.elastic or self._interrupt.is_set():
             return
-        available = await asyncio.to_thread(self.deps.placement.available)
-        target = resize_target(self.scaling, self.world_size, available, self.losses, self.deps.clock())
+        available = await asyncio.to_thread(self.runtime.placement.available)
+        target = resize_target(self.scaling, self.world_size, available, self.losses, self.runtime.clock())
         if target:
             self.signals.resize_to = target
             self._interrupt.set()

@@ -11,10 +11,10 @@ import pyarrow as pa
 import pyarrow.dataset as pads
 
 from trainwire.data_config import datasets_to_split
+from trainwire_coordinator.execution.admitted_run import AdmittedRun
 from trainwire_core.dataset_schema import DatasetSchema
 from trainwire_core.datasets import ShardSpec, guess_format, open_dataset
 from trainwire_core.storage import resolve
-from trainwire_core.v1 import coordinator_pb2
 
 T = TypeVar("T")
 
@@ -96,21 +96,14 @@ class RunDatasets:
     """A run's datasets as its workers get them: the preprocessor fitted once, and each rank's shards.
 
     Args:
-        request: The run's request (its preprocessor).
-        datasets: Resolved datasets by name.
+        admitted: The admitted run: its request (preprocessor, data config) and its resolved datasets.
         checkpoints: The run's checkpoint manager; it keeps the fitted preprocessor for every checkpoint.
         materialize_below_bytes: Datasets whose files take at most this are read once per attempt.
     """
 
-    def __init__(
-        self,
-        request: coordinator_pb2.FitRequest,
-        datasets: dict[str, DatasetSchema],
-        checkpoints: Any,
-        materialize_below_bytes: int = 0,
-    ) -> None:
-        self.request = request
-        self.datasets = datasets
+    def __init__(self, admitted: AdmittedRun, checkpoints: Any, materialize_below_bytes: int = 0) -> None:
+        self.request = admitted.request
+        self.datasets = admitted.datasets
         self.checkpoints = checkpoints
         self.materialize_below_bytes = materialize_below_bytes
         self._preprocessor: Any = None

@@ -49,6 +49,42 @@ def bundles_for(scaling: common_pb2.ScalingConfig, num_workers: int | None = Non
     return bundles
 
 
+@dataclass(frozen=True, eq=False)
+class PlacementPlan:
+    """Where a run's groups are placed, derived once from its request by admission.
+
+    Attributes:
+        scaling: The scaling the workers are placed from (a backend may put its trainer on its
+            worker: ``CoordinatorBackend.placement_scaling``); a copy, never the request's own.
+        side_bundles: Bundles reserved after the workers' for actors the training function
+            starts itself (``CoordinatorBackend.side_bundles``).
+    """
+
+    scaling: common_pb2.ScalingConfig
+    side_bundles: tuple[dict[str, float], ...] = ()
+
+    @property
+    def strategy(self) -> str:
+        """The placement group's strategy (Ray's default, PACK, when the request names none)."""
+        return self.scaling.placement_strategy or "PACK"
+
+    def bundles(self, num_workers: int | None = None) -> list[dict[str, float]]:
+        """The workers' bundles for a group of ``num_workers`` (else the run's smallest group)."""
+        return bundles_for(self.scaling, num_workers)
+
+    def scaling_policy(self) -> ScalingPolicy:
+        """Fixed at ``num_workers``, or elastic from ``min_workers`` up to it."""
+        return scaling_policy(self.scaling)
+
+    def needs(self) -> dict[str, float]:
+        """What the run's smallest group reserves, side bundles included, summed by resource."""
+        need: dict[str, float] = {}
+        for bundle in self.bundles() + list(self.side_bundles):
+            for key, value in bundle.items():
+                need[key] = need.get(key, 0.0) + value
+        return need
+
+
 def _actor_options(resources: dict[str, float]) -> dict[str, Any]:
     extra = {k: v for k, v in resources.items() if k not in ("CPU", "GPU", "memory")}
     opts: dict[str, Any] = {"num_cpus": resources.get("CPU", 0), "num_gpus": resources.get("GPU", 0)}

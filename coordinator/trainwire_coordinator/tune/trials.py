@@ -9,8 +9,8 @@ from typing import Any
 import cloudpickle
 import ray
 
+from trainwire_coordinator.admission.fit_checks import placement_plan
 from trainwire_coordinator.backends import get_backend
-from trainwire_coordinator.execution.placement import bundles_for
 from trainwire_coordinator.tune.space import Param
 from trainwire_core.errors import InvalidArgumentError
 from trainwire_core.structs import merge_dicts, struct_to_dict, to_struct
@@ -90,13 +90,12 @@ def _set_scaling(request: coordinator_pb2.FitRequest, values: dict[str, Any]) ->
 
 
 def trial_needs(request: coordinator_pb2.FitRequest) -> dict[str, float]:
-    """The resources a trial's run reserves: its workers' bundles and its side bundles, summed."""
+    """The resources a trial's run reserves: its workers' bundles and its side bundles, summed.
+
+    From the placement plan admission derives (``placement_plan``), before the trial's Fit is sent.
+    """
     backend = get_backend(request.framework)
-    need: dict[str, float] = {}
-    for bundle in bundles_for(backend.placement_scaling(request)) + list(backend.side_bundles(request)):
-        for key, value in bundle.items():
-            need[key] = need.get(key, 0.0) + value
-    return need
+    return placement_plan(backend.for_request(request), request).needs()
 
 
 def fits(need: dict[str, float], used: dict[str, float], total: dict[str, float]) -> bool:
