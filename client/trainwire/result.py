@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
 from trainwire.checkpoint import Checkpoint
 from trainwire_core.structs import struct_to_dict
 from trainwire_core.v1 import common_pb2, coordinator_pb2
+
+if TYPE_CHECKING:
+    import pyarrow.fs
+
+
+_ENDED = (common_pb2.SUCCEEDED, common_pb2.FAILED, common_pb2.CANCELLED)
 
 
 @dataclass
@@ -70,6 +77,44 @@ class Result:
         # Row i is report i + 1 (a metric missing from a report is NaN there, and skipped).
         rows = [(i + 1, 0.0, row) for i, row in enumerate(self.metrics_dataframe.to_dict("records"))]
         return plot_histories([RunHistory(self.name or self.run_id, rows)], path, metrics)
+
+    @property
+    def filesystem(self) -> pyarrow.fs.FileSystem:
+        """The filesystem that holds ``path`` (the shared store's: local, or S3), as Ray's ``Result.filesystem``."""
+        import pyarrow.fs
+
+        if not self.path:
+            return pyarrow.fs.LocalFileSystem()
+        return pyarrow.fs.FileSystem.from_uri(self.path)[0]
+
+    @classmethod
+    def from_path(cls, path: str | os.PathLike, storage_filesystem: pyarrow.fs.FileSystem | None = None) -> Result:
+        """The Result of a run, from its directory in the shared store (a Result's ``path``), as Ray's.
+
+        A run's directory is named by its id; the run, its reports and its checkpoints are read from the
+        coordinator the session talks to (``trainwire.init``), which keeps them.
+
+        Args:
+            path: The run's directory: ``Result.path`` (a store URI), or the same without its scheme.
+            storage_filesystem: Accepted for Ray's signature; the store is the coordinator's.
+
+        Raises:
+            NotFoundError: No run of that id.
+        """
+        from trainwire.session_client import get_client
+
+        location = os.fspath(path).split("?", 1)[0].rstrip("/")
+        run_id = location.rsplit("/", 1)[-1]
+        client = get_client()
+        client.get_run(run_id)  # NOT_FOUND before anything is watched
+        history: list[dict[str, Any]] = []
+        for event in client.watch_run(run_id):  # the whole history; a run still going is followed to its end
+            kind = event.WhichOneof("kind")
+            if kind == "metrics":
+                history.append(struct_to_dict(event.metrics.metrics))
+            elif kind == "state_change" and event.state_change.state in _ENDED:
+                break
+        return cls.from_run(client.get_run(run_id), history)
 
     @classmethod
     def from_run(
