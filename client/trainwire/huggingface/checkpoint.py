@@ -10,6 +10,7 @@ Layout (what ``RayTrainReportCallback`` reports too)::
 from __future__ import annotations
 
 import copy
+import json
 import os
 from typing import Any
 
@@ -18,6 +19,8 @@ from trainwire.huggingface.framework import FRAMEWORK
 
 MODEL_DIR = os.path.dirname(FRAMEWORK.model_file)
 TRAINING_ARGS_NAME = "training_args.bin"
+# Beside adapters saved alone: the served model they were trained on (the predictor serves them on it).
+ADAPTER_BASE_FILE = "trainwire_adapter.json"
 
 
 def model_dir(directory: str) -> str:
@@ -38,6 +41,7 @@ class HuggingFaceCheckpoint(Checkpoint):
         *,
         preprocessor: Any = None,
         merge_adapters: bool = True,
+        base_model: str | None = None,
         **save_kwargs: Any,
     ) -> HuggingFaceCheckpoint:
         """Saves ``model`` (and ``tokenizer``) with ``save_pretrained`` into a new local checkpoint.
@@ -47,7 +51,10 @@ class HuggingFaceCheckpoint(Checkpoint):
             tokenizer: Saved beside the model when given.
             preprocessor: A fitted preprocessor to keep with the checkpoint.
             merge_adapters: A ``peft`` model is saved with its adapters merged into a copy of its
-                base weights, a plain model that the predictor serves; False saves the adapters alone.
+                base weights, a plain model that the predictor serves; False saves the adapters alone,
+                which the predictor serves on their base model beside other adapters.
+            base_model: With adapters saved alone, the served model they were trained on (a run name
+                or id, ``name:version`` for one version), so a request naming this run needs no base.
             **save_kwargs: Passed to ``save_pretrained``.
         """
 
@@ -58,6 +65,9 @@ class HuggingFaceCheckpoint(Checkpoint):
                 # merge_and_unload changes the model in place: the training loop keeps its adapters.
                 unwrapped = copy.deepcopy(unwrapped).merge_and_unload()
             unwrapped.save_pretrained(target, **save_kwargs)
+            if base_model and not merge_adapters:
+                with open(os.path.join(target, ADAPTER_BASE_FILE), "w") as f:
+                    json.dump({"base_model": base_model}, f)
             if tokenizer is not None:
                 tokenizer.save_pretrained(target)
 

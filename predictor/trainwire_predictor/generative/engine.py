@@ -17,6 +17,7 @@ from __future__ import annotations
 import array
 import asyncio
 import collections
+import contextlib
 import hashlib
 import logging
 import os
@@ -120,8 +121,10 @@ class Generation:
         loop: asyncio.AbstractEventLoop,
         tenant: str = "",
         weight: float = 1.0,
+        adapter: str = "",
     ) -> None:
         self.prompt_ids = prompt_ids
+        self.adapter = adapter  # the LoRA adapter its rows get (a key of the engine's AdapterSet; "": the base)
         self.params = params
         self.loop = loop
         self.tenant = tenant  # whose share of the slots it takes (the token's name; "" anonymous)
@@ -130,12 +133,22 @@ class Generation:
         self.queue: asyncio.Queue[TokenEvent] = asyncio.Queue()
         self.cancelled = threading.Event()
         self.submitted_at = time.monotonic()
+        # Called once, on the engine's thread, when the engine is done with it (the adapter it took is released).
+        self.on_end: Any = None
 
     def cancel(self) -> None:
         self.cancelled.set()
 
+    def ended(self) -> None:
+        """The engine is done with the generation: runs ``on_end`` once."""
+        on_end, self.on_end = self.on_end, None
+        if on_end is not None:
+            on_end()
+
     def emit(self, event: TokenEvent) -> None:
         """Hands ``event`` to the request's loop (from the engine's thread)."""
+        if event.finish_reason is not None:
+            self.ended()
         try:
             self.loop.call_soon_threadsafe(self.queue.put_nowait, event)
         except RuntimeError:  # the loop is closed: nobody is listening
@@ -406,6 +419,8 @@ class GenerationEngine:
         self._closed = False
         self._active: list[_Sequence] = []
         self._batch: _Batch | None = None
+        # LoRA adapters on this model (a generative.adapters.AdapterSet), set by the first request for one.
+        self.adapters: Any = None
         self.steps = 0  # decode steps so far (tests and metrics read it)
         self.threads = threads or max(1, (os.cpu_count() or 1) - 1)
         self._thread = threading.Thread(target=self._run, name=f"generate-{name}", daemon=True)
@@ -413,7 +428,7 @@ class GenerationEngine:
 
     # --- the event loop's side ---------------------------------------------------
     def submit(
-        self, prompt_ids: list[int], params: SamplingParams, tenant: str = "", weight: float = 1.0
+        self, prompt_ids: list[int], params: SamplingParams, tenant: str = "", weight: float = 1.0, adapter: str = ""
     ) -> Generation:
         """Queues one request; iterate the answer for its tokens.
 
@@ -422,8 +437,9 @@ class GenerationEngine:
             params: How it generates.
             tenant: Whose share of the slots it takes (the caller's token name; "" for anonymous callers).
             weight: The tenant's weight in the fair share (above 0).
+            adapter: The LoRA adapter its rows get (loaded in ``adapters`` already; "": the base model).
         """
-        generation = Generation(prompt_ids, params, asyncio.get_running_loop(), tenant, weight)
+        generation = Generation(prompt_ids, params, asyncio.get_running_loop(), tenant, weight, adapter)
         with self._wake:
             if self._closed:
                 raise ResourceExhaustedError("the model is being unloaded", field="model_name")
@@ -498,14 +514,18 @@ class GenerationEngine:
                         self.admitted.append(generation.tenant)
                         joining.append(generation)
             try:
+                if self.adapters is not None:
+                    self.adapters.install()  # hooks on layers a new adapter adapts: between passes only
                 for generation in joining:
                     self._prefill(generation)
                 if self._active:
                     self._decode()
             except Exception as exc:  # noqa: BLE001 - every request in the batch is told
                 logger.exception("generation failed")
-                for seq in self._active:
-                    seq.generation.emit(TokenEvent(len(seq.tokens), None, f"{type(exc).__name__}: {exc}", "error"))
+                told = {id(seq.generation) for seq in self._active}
+                # The batch, and the joining generations that never got into it, are told.
+                for generation in [seq.generation for seq in self._active] + [g for g in joining if id(g) not in told]:
+                    generation.emit(TokenEvent(0, None, f"{type(exc).__name__}: {exc}", "error"))
                 self._active, self._batch = [], None
         for seq in self._active:
             seq.generation.emit(TokenEvent(len(seq.tokens), None, "", CANCELLED))
@@ -514,6 +534,7 @@ class GenerationEngine:
 
     def _prefill(self, generation: Generation) -> None:
         if generation.cancelled.is_set():
+            generation.ended()
             return
         params = generation.params
         generator = None
@@ -524,7 +545,9 @@ class GenerationEngine:
         scored = params.prompt_logprobs is not None
         cache, keys, reused, past = self.prefix_cache, [], 0, None
         if cache is not None:
-            keys = cache.keys(prompt, generation.tenant)
+            # An adapter changes the keys and values: its prefixes are its own, as each tenant's are.
+            salt = f"{generation.tenant}\0{generation.adapter}" if generation.adapter else generation.tenant
+            keys = cache.keys(prompt, salt)
             if not scored:  # a scored prompt needs every position's logits: prefilled whole
                 reused, past = cache.lookup(prompt, keys)
         ids = torch.tensor([prompt[reused:]], dtype=torch.long)
@@ -533,14 +556,15 @@ class GenerationEngine:
             from transformers import DynamicCache
 
             extra["cache"] = DynamicCache(ddp_cache_data=past)
-        out = self.model(
-            input_ids=ids,
-            attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
-            position_ids=torch.arange(reused, len(prompt)).unsqueeze(0),
-            use_cache=True,
-            logits_to_keep=0 if scored else 1,  # 0: every position's, to score the prompt
-            **extra,
-        )
+        with self._adapted([generation]):
+            out = self.model(
+                input_ids=ids,
+                attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
+                position_ids=torch.arange(reused, len(prompt)).unsqueeze(0),
+                use_cache=True,
+                logits_to_keep=0 if scored else 1,  # 0: every position's, to score the prompt
+                **extra,
+            )
         caches = [(layer.keys, layer.values) for layer in out.cache.layers]
         if cache is not None:
             cache.store(keys, caches, reused // cache.block)
@@ -583,13 +607,14 @@ class GenerationEngine:
 
         last = torch.tensor([[seq.tokens[-1]] for seq in self._active], dtype=torch.long)
         mask = torch.cat([batch.mask, torch.ones_like(last)], dim=1)
-        out = self.model(
-            input_ids=last,
-            attention_mask=mask,
-            position_ids=batch.positions.unsqueeze(1),
-            cache=DynamicCache(ddp_cache_data=batch.caches),
-            use_cache=True,
-        )
+        with self._adapted([seq.generation for seq in self._active]):
+            out = self.model(
+                input_ids=last,
+                attention_mask=mask,
+                position_ids=batch.positions.unsqueeze(1),
+                cache=DynamicCache(ddp_cache_data=batch.caches),
+                use_cache=True,
+            )
         self.steps += 1
         batch.caches = [(layer.keys, layer.values) for layer in out.cache.layers]
         batch.mask, batch.positions = mask, batch.positions + 1
@@ -604,6 +629,12 @@ class GenerationEngine:
             rows = [row for row in range(len(self._active)) if row not in done]
             self._active = [self._active[row] for row in rows]
             self._batch = batch.keep(rows) if rows else None
+
+    def _adapted(self, generations: list[Generation]) -> contextlib.AbstractContextManager[None]:
+        """Each row's LoRA adapter applied during one forward pass (nothing when no row has one)."""
+        if self.adapters is None or not any(g.adapter for g in generations):
+            return contextlib.nullcontext()
+        return self.adapters.rows([g.adapter for g in generations])
 
     @staticmethod
     def _adjusted(logits: torch.Tensor, seqs: list[_Sequence]) -> torch.Tensor:
@@ -667,6 +698,7 @@ class GenerationEngine:
         """Sends ``token`` to the request; whether the sequence goes on."""
         generation = seq.generation
         if generation.cancelled.is_set():
+            generation.ended()
             return False
         index = len(seq.tokens)
         prompt, seq.prompt_logprobs = seq.prompt_logprobs, None  # sent once, with the first event

@@ -50,6 +50,7 @@ class GenerateLimits:
         max_prompt_tokens: The most tokens in a prompt (0: the model's context).
         max_waiting_per_tenant: Requests of one tenant that may wait for a slot per model (0: no own limit).
         prefix_cache_bytes: Bytes of prompt prefixes' keys and values each model keeps for reuse (0: off).
+        lora_bytes: Bytes of LoRA adapters' matrices each base model keeps loaded (least recently used out).
     """
 
     max_tokens: int = 1024
@@ -62,6 +63,7 @@ class GenerateLimits:
     max_prompt_tokens: int = 0
     max_waiting_per_tenant: int = 0
     prefix_cache_bytes: int = 0
+    lora_bytes: int = 256 << 20
 
     def prompt_chars(self, context: int) -> int:
         """The most characters of a prompt to a model of ``context`` positions."""

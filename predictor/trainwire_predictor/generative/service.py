@@ -14,7 +14,15 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-from trainwire_core.errors import FailedPreconditionError, InvalidArgumentError
+from trainwire_core.errors import FailedPreconditionError, InvalidArgumentError, NotFoundError
+from trainwire_core.manifest import verify_checkpoint
+from trainwire_predictor.generative.adapters import (
+    AdapterRef,
+    AdapterSet,
+    adapter_base,
+    adapter_files,
+    load_adapter,
+)
 from trainwire_predictor.generative.engine import Generation, GenerationEngine, TokenEvent
 from trainwire_predictor.generative.requests import GenerateLimits, GenerateRequest, render_chat
 from trainwire_predictor.inference import InferenceRequest
@@ -113,6 +121,10 @@ class TextGenerator:
         self.recorder = recorder
         self.limits = limits
         self._engines: dict[Any, tuple[ModelRef, GenerationEngine]] = {}
+        # Checkpoint (run id, id) -> (its adapter folder, the base it names) or None for a plain model;
+        # checkpoints are immutable, so what was read stays true.
+        self._adapters: dict[tuple[str, str], tuple[str, tuple[str, str] | None] | None] = {}
+        self._verified: set[tuple[str, str]] = set()
 
     def engines(self) -> list[tuple[ModelRef, GenerationEngine]]:
         """The running engines with their models (the metrics read their tenants)."""
@@ -164,9 +176,13 @@ class TextGenerator:
                 for the model or the operator's limits (naming the field), or a full queue.
         """
         started = now_ns()
-        routed = InferenceRequest(request.model_name, request.model_version, routing_key=request.routing_key)
+        adapter = await self.adapter(request.model_name, request.model_version)
+        if adapter is None:
+            routed = InferenceRequest(request.model_name, request.model_version, routing_key=request.routing_key)
+        else:  # served on its base model, loaded as for the base's own requests
+            routed = InferenceRequest(adapter.base_name, adapter.base_version, routing_key=request.routing_key)
         _, _, model = self.router.target_now(routed) or await self.router.target(routed)
-        engine = self.engine(model, request.model_name)
+        engine = self.engine(model, routed.model_name)
         room = max_context(engine.model)
         most_chars = self.limits.prompt_chars(room)
         if request.prompt_chars() > most_chars:
@@ -195,18 +211,111 @@ class TextGenerator:
             )
         if request.params.grammar is not None:  # the grammar's view of the vocabulary: built once, off the loop
             await asyncio.to_thread(engine.grammar_tokenizer)
-        generation = engine.submit(ids, request.params, request.tenant, request.weight)
+        label = ""
+        if adapter is not None:
+            label = adapter.label
+            await self._take(engine, adapter)
+        try:
+            generation = engine.submit(ids, request.params, request.tenant, request.weight, label)
+        except BaseException:
+            if adapter is not None:
+                engine.adapters.release(label)
+            raise
+        if adapter is not None:
+            generation.on_end = lambda: engine.adapters.release(label)
         name = model.ref.run_name or model.ref.run_id
         served = self._served(model, generation, started)
         return GenerationStream(
-            name,
-            model.ref.checkpoint_id,
+            adapter.name if adapter is not None else name,
+            adapter.key[1] if adapter is not None else model.ref.checkpoint_id,
             len(ids),
             served,
             prompt_ids=tuple(ids),
             generation=generation,
             tokenizer=engine.tokenizer,
         )
+
+    # --- LoRA adapters ------------------------------------------------------------------------------
+    async def adapter(self, name: str, version: str = "") -> AdapterRef | None:
+        """The LoRA adapter a model name means, or None for a plain model.
+
+        ``name[:version]`` of a run whose checkpoint holds adapters alone, served on the base
+        its checkpoint names; or ``base:adapter``, where ``adapter`` (a run name or id) is no
+        version or alias of ``base``. A plain model's answer is cached: its requests read a dict.
+
+        Raises:
+            NotFoundError: Neither reading names a model.
+            FailedPreconditionError: An adapter that names no base, asked for without one.
+        """
+        models = self.router.models
+        resolution = models.resolution_now(name)
+        if resolution is not None:
+            checkpoint = resolution.checkpoints.get(version)
+            if checkpoint is not None and self._adapters.get((resolution.run_id, checkpoint), ...) is None:
+                return None  # a plain model, known: the common case reads no more
+        try:
+            ref = await models.resolve(name, version)
+        except NotFoundError as exc:
+            if not version or exc.field != "model_version":
+                raise
+            try:  # base:adapter
+                ref = await models.resolve(version)
+            except NotFoundError:
+                raise exc from None
+            found = await self._adapter_of(ref)
+            if found is None:
+                raise exc from None
+            return AdapterRef(ref.key, version, name, "", found[0])
+        found = await self._adapter_of(ref)
+        if found is None:
+            return None
+        folder, base = found
+        if base is None:
+            raise FailedPreconditionError(
+                f"model {name!r} holds LoRA adapters that name no base model: ask for it as <base model>:{name}",
+                field="model_name",
+            )
+        return AdapterRef(ref.key, name, base[0], base[1], folder)
+
+    async def adapter_parent(self, name: str) -> str | None:
+        """The base model an adapter run is served on (None: not an adapter, or one that names no base)."""
+        try:
+            ref = await self.router.models.resolve(name)
+        except NotFoundError:
+            return None
+        found = await self._adapter_of(ref)
+        return found[1][0] if found is not None and found[1] is not None else None
+
+    async def _adapter_of(self, ref: ModelRef) -> tuple[str, tuple[str, str] | None] | None:
+        if ref.key not in self._adapters:
+            self._adapters[ref.key] = await asyncio.to_thread(self._inspect, ref)
+        return self._adapters[ref.key]
+
+    def _inspect(self, ref: ModelRef) -> tuple[str, tuple[str, str] | None] | None:
+        """Whether a checkpoint holds adapters alone: their folder and the base they name (blocking)."""
+        store = self.router.models.store
+        folder = adapter_files(store, store.checkpoint_dir(ref.run_id, ref.checkpoint_id))
+        if folder is None:
+            return None
+        return folder, adapter_base(store, folder)
+
+    async def _take(self, engine: GenerationEngine, ref: AdapterRef) -> None:
+        """Takes the adapter on the engine's base model for one generation, loading it when it is not."""
+        with _ENGINES_LOCK:
+            if engine.adapters is None:
+                engine.adapters = AdapterSet(engine.model, self.limits.lora_bytes)
+        adapters: AdapterSet = engine.adapters
+        if adapters.take(ref.label):
+            return
+        adapter = await asyncio.to_thread(self._load_adapter, ref)
+        await asyncio.to_thread(adapters.add, adapter)  # taken once it is in
+
+    def _load_adapter(self, ref: AdapterRef) -> Any:
+        store = self.router.models.store
+        if ref.key not in self._verified:  # its files against its manifest, once, as every checkpoint's
+            verify_checkpoint(store, store.checkpoint_dir(*ref.key), label=ref.label)
+            self._verified.add(ref.key)
+        return load_adapter(store, ref.directory, ref.label)
 
     async def _served(
         self, model: LoadedModel, generation: AsyncIterator[TokenEvent], started: int

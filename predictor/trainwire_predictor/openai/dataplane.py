@@ -121,7 +121,14 @@ class OpenAIDataPlane:
 
     async def models(self) -> ModelList:
         created = int(time.time())
-        return ModelList(data=[ModelCard(id=name, created=created) for name in await self.model_names()])
+        names = await self.model_names()
+        # Whether each is an adapter is read once per checkpoint (they are immutable), then cached.
+        parents = [await self.generator.adapter_parent(name) for name in names]
+        return ModelList(
+            data=[
+                ModelCard(id=name, created=created, parent=parent) for name, parent in zip(names, parents, strict=True)
+            ]
+        )
 
     async def _open(self, request: CompletionRequest | ChatCompletionRequest, routing_key: str) -> list[_Choice]:
         """Opens every choice's generation (``n`` per prompt); none is left running if one fails."""

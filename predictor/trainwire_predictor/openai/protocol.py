@@ -314,6 +314,8 @@ class ModelCard(BaseModel):
     object: Literal["model"] = "model"
     created: int
     owned_by: str = "trainwire"
+    # A LoRA adapter's base model (as vLLM lists its adapters); None for a model of its own.
+    parent: str | None = None
 
 
 class ModelList(BaseModel):
