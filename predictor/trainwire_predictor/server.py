@@ -151,6 +151,7 @@ class PredictorServer:
                 settings.generate_max_prompt_tokens,
                 settings.generate_max_waiting_per_tenant,
                 settings.generate_prefix_cache_bytes,
+                settings.generate_lora_bytes,
             ),
         )
         if self.metrics is not None:

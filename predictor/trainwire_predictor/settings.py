@@ -80,6 +80,9 @@ class PredictorSettings(BaseSettings):
     # Bytes of prompt prefixes' keys and values each language model keeps (16-token blocks, least
     # recently used out): a prompt that starts as one seen before prefills only its own tail. 0: off.
     generate_prefix_cache_bytes: int = Field(default=256 << 20, ge=0)
+    # Bytes of LoRA adapters' matrices each base model keeps loaded (adapters saved alone, served on
+    # their base; least recently used out, never one in use). 0: no adapters served.
+    generate_lora_bytes: int = Field(default=256 << 20, ge=0)
     # The longest one generation runs; a request may ask for less (timeout_s, or its gRPC deadline).
     generate_timeout_s: float = 300.0
     # Torch threads of each model's decode thread; 0: all cores but one, which the event loop keeps
