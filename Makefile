@@ -58,8 +58,15 @@ $(LM_EVAL_STAMP): scripts/peer_venvs.sh scripts/peers/lm-eval.txt
 	scripts/peer_venvs.sh lm-eval
 	touch $@
 
-test: setup redis-server iproute2 chromium $(LM_EVAL_STAMP)
-	LM_EVAL_PYTHON=$(LM_EVAL_PY) $(PY) -m pytest -q
+# KServe's Python clients and schemathesis (tests/predictor/test_kserve_client.py, test_oip_schema.py).
+KSERVE_PY := $(HOME)/.cache/trainwire/venvs/kserve/bin/python
+KSERVE_STAMP := $(HOME)/.cache/trainwire/venvs/kserve/.installed
+$(KSERVE_STAMP): scripts/peer_venvs.sh scripts/peers/kserve.txt
+	scripts/peer_venvs.sh kserve
+	touch $@
+
+test: setup redis-server iproute2 chromium $(LM_EVAL_STAMP) $(KSERVE_STAMP)
+	LM_EVAL_PYTHON=$(LM_EVAL_PY) KSERVE_PYTHON=$(KSERVE_PY) $(PY) -m pytest -q
 
 # ruff, and the import contract (.importlinter): services -> SDK -> core, never sideways or back.
 lint: setup
