@@ -139,12 +139,17 @@ def _merged(base_lm: Any, checkpoint: Any) -> Any:
         return PeftModel.from_pretrained(copy.deepcopy(base_lm), model_dir(d)).merge_and_unload().eval()
 
 
-def test_adapters_share_a_batch_and_answer_as_merged(server, client, base, adapters) -> None:
+@pytest.fixture(scope="module")
+def expected(base, adapters) -> dict[tuple[str, str], str]:
+    """(model, prompt) -> what the base, or the adapter's merged model, answers alone (greedy)."""
     base_lm, tokenizer = base
     models = {BASE: base_lm, **{name: _merged(base_lm, ckpt) for name, ckpt in adapters.items()}}
-    expected = {(name, p): _greedy(model, tokenizer, p) for name, model in models.items() for p in PROMPTS}
-    for prompt in PROMPTS[:1]:  # each adapter changed what the model says
-        assert len({expected[(name, prompt)] for name in models}) == 3
+    return {(name, p): _greedy(model, tokenizer, p) for name, model in models.items() for p in PROMPTS}
+
+
+def test_adapters_share_a_batch_and_answer_as_merged(server, client, expected) -> None:
+    # Each adapter changed what the model says.
+    assert len({expected[(name, PROMPTS[0])] for name in (BASE, "lora-cat", "lora-bird")}) == 3
 
     # The adapter run by its name, and by base:adapter.
     asked = {BASE: BASE, "lora-cat": "lora-cat", "lora-bird": f"{BASE}:lora-bird"}
@@ -167,6 +172,22 @@ def test_adapters_share_a_batch_and_answer_as_merged(server, client, base, adapt
 
     listed = {m.id: m.model_extra.get("parent") for m in client.models.list().data}
     assert listed["lora-cat"] == BASE and listed["lora-bird"] == BASE and listed[BASE] is None
+
+
+def test_oip_generate_names_adapters_too(server, expected) -> None:
+    """The OIP generate extension takes the same names: the adapter run, or the base with the adapter as version."""
+    for path, name in (
+        ("/v2/models/lora-cat/generate", "lora-cat"),
+        (f"/v2/models/{BASE}/versions/lora-bird/generate", "lora-bird"),
+    ):
+        answer = httpx.post(
+            f"http://{server.http_address}{path}",
+            json={"text_input": PROMPTS[1], "parameters": {"max_tokens": NEW_TOKENS}},
+            headers={"authorization": f"Bearer {TOKEN}"},
+            timeout=60,
+        )
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["text_output"] == expected[(name, PROMPTS[1])]
 
 
 def test_unknown_adapter_names_the_version(server) -> None:
