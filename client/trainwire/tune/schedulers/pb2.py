@@ -14,6 +14,18 @@ from trainwire_core.v1 import tune_pb2
 __all__ = ["PB2"]
 
 
+def import_pb2_dependencies() -> Any:
+    """scikit-learn, or None where it is not installed (Ray's check of PB2's Gaussian process library).
+
+    trainwire's PB2 explores in the coordinator, which has it; a script may still ask, as Ray's examples do.
+    """
+    try:
+        import sklearn
+    except ImportError:
+        return None
+    return sklearn
+
+
 def _check_bounds(bounds: dict[str, Any], prefix: str = "") -> None:
     for key, value in bounds.items():
         name = f"{prefix}{key}"

@@ -3,10 +3,17 @@
 from __future__ import annotations
 
 import copy
+import inspect
+import logging
+import os
 import time
 from typing import Any
 
-__all__ = ["date_str", "deep_update", "flatten_dict", "merge_dicts", "unflattened_lookup"]
+__all__ = ["date_str", "deep_update", "flatten_dict", "merge_dicts", "unflattened_lookup", "warn_if_slow"]
+
+logger = logging.getLogger(__name__)
+# As Ray's: no warnings in the first minute after import (start-up is slow anyway).
+_START_OF_TIME = time.time()
 
 
 def date_str() -> str:
@@ -104,3 +111,48 @@ def deep_update(
         else:
             original[k] = value
     return original
+
+
+class warn_if_slow:  # noqa: N801 - Ray's name
+    """Logs a warning when the block takes longer than ``threshold`` seconds, as Ray's.
+
+    Args:
+        name: The operation, as the warning names it.
+        threshold: Seconds (default: ``TUNE_WARN_THRESHOLD_S``, else 0.5).
+        message: The warning, formatted with ``name`` and ``duration``.
+        disable: No warning at all.
+    """
+
+    DEFAULT_THRESHOLD = float(os.environ.get("TUNE_WARN_THRESHOLD_S", 0.5))
+    DEFAULT_MESSAGE = "The `{name}` operation took {duration:.3f} s, which may be a performance bottleneck."
+
+    def __init__(
+        self, name: str, threshold: float | None = None, message: str | None = None, disable: bool = False
+    ) -> None:
+        self.name = name
+        self.threshold = threshold or self.DEFAULT_THRESHOLD
+        self.message = message or self.DEFAULT_MESSAGE
+        self.too_slow = False
+        self.disable = disable
+
+    def __enter__(self) -> warn_if_slow:
+        self.start = time.time()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        now = time.time()
+        if self.disable:
+            return
+        if now - self.start > self.threshold and now - _START_OF_TIME > 60.0:
+            self.too_slow = True
+            logger.warning(self.message.format(name=self.name, duration=now - self.start))
+
+
+def _detect_config_single(func: Any) -> bool:
+    """Whether ``func({})`` binds: a function trainable that takes one config (Ray's check)."""
+    try:
+        inspect.signature(func).bind({})
+    except Exception as exc:
+        logger.debug(str(exc))
+        return False
+    return True
