@@ -15,6 +15,7 @@ the repository runs them in threads.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -151,7 +152,7 @@ class ModelDirectory:
             path = f"{directory}/{MLSERVER_SETTINGS}"
             settings = parse_mlserver(self._text(path), self._shown(path))
             if not versions:
-                settings = ModelSettings(**{**settings.__dict__, "flat": True})
+                settings = dataclasses.replace(settings, flat=True)
         else:
             settings = ModelSettings()
         return settings, [1] if settings.flat else versions
