@@ -16,6 +16,22 @@ import redis
 
 os.environ.setdefault("RAY_DEDUP_LOGS", "0")
 
+# The models and the predictor that the SDK's and the predictor's tests share.
+pytest_plugins = ["serving_fixtures"]
+
+# A test that uses one of these fixtures (itself or through another) starts Ray or a service.
+INTEGRATION_FIXTURES = frozenset({"ray_cluster", "redis_url", "predictor", "rest_predictor"})
+# Folders whose tests start Ray or services themselves.
+INTEGRATION_FOLDERS = frozenset({"integration", "e2e"})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Marks integration tests, so ``pytest -m "not integration"`` runs the unit tests alone."""
+    for item in items:
+        uses = INTEGRATION_FIXTURES.intersection(getattr(item, "fixturenames", ()))
+        if uses or item.path.parent.name in INTEGRATION_FOLDERS:
+            item.add_marker(pytest.mark.integration)
+
 
 def _free_port() -> int:
     with socket.socket() as s:

@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from tests.coordinator.test_coordinator_restart import CoordinatorProcess, _end, _free_port
+from tests.integration.test_coordinator_restart import CoordinatorProcess, _end, _free_port
 from trainwire.client import CoordinatorClient
 from trainwire_core.v1 import common_pb2
 

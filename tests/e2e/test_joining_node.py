@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.coordinator.test_coordinator_restart import CoordinatorProcess, _free_port
+from tests.integration.test_coordinator_restart import CoordinatorProcess, _free_port
 from trainwire import RunConfig, ScalingConfig, train
 from trainwire.client import CoordinatorClient
 from trainwire.torch import TorchTrainer

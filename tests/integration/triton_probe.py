@@ -1,7 +1,7 @@
 """Drives a predictor with the real ``tritonclient.grpc`` (run as a subprocess).
 
 It imports only tritonclient, so what it sees is what a Triton user's process
-sees; trainwire's stubs coexist with it (tests/predictor/test_coexistence.py).
+sees; trainwire's stubs coexist with it (tests/integration/test_tritonclient_coexistence.py).
 
 Usage: python triton_probe.py ADDRESS MODEL INPUT.npz OUTPUT.npz
 INPUT.npz holds either one array per input column or one 2-D array "input".

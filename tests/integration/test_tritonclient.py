@@ -20,7 +20,7 @@ PROBE = os.path.join(os.path.dirname(__file__), "triton_probe.py")
 
 def run_probe(address: str, model: str, inputs: dict[str, np.ndarray], tmp_path) -> tuple[dict, dict]:
     # A fresh interpreter per probe: tritonclient starts with nothing of this session's state
-    # (test_coexistence.py runs it beside trainwire's stubs, in one process).
+    # (test_tritonclient_coexistence.py runs it beside trainwire's stubs, in one process).
     if importlib.util.find_spec("tritonclient") is None:
         pytest.skip("tritonclient is not installed (pip install tritonclient)")
     src, dst = tmp_path / "in.npz", tmp_path / "out.npz"

@@ -11,7 +11,7 @@ import grpc
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import XGB_PARAMS, commit_checkpoint
+from serving_fixtures import XGB_PARAMS, commit_checkpoint
 
 from trainwire.predictor_client import PredictorClient, decode_response, encode_request, service_config
 from trainwire_core.errors import TrainwireError

@@ -10,9 +10,9 @@ import json
 
 import grpc
 import pytest
-from conftest import commit_checkpoint
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from serving_fixtures import commit_checkpoint
 
 from trainwire.cli import main as cli
 from trainwire.model_registry import ModelRegistryClient, parse_weights

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import XGB_PARAMS, commit_checkpoint
+from serving_fixtures import XGB_PARAMS, commit_checkpoint
 
 from trainwire.batch_predictor import BatchPredictor
 from trainwire.xgboost.predictor import XGBoostPredictor

@@ -6,8 +6,8 @@ import grpc
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import commit_checkpoint
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from serving_fixtures import commit_checkpoint
 
 from trainwire_core.errors import UnauthenticatedError
 from trainwire_core.inference import grpc_service_pb2 as pb

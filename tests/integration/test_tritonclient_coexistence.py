@@ -16,7 +16,7 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import commit_checkpoint
+from serving_fixtures import commit_checkpoint
 
 from trainwire_core.storage import Store
 
