@@ -52,6 +52,17 @@ def parse_json(data: bytes | memoryview, what: str = "the request body") -> Any:
         raise InvalidArgumentError(f"{what} is not valid JSON: {exc}", field="body") from None
 
 
+def _parameters(owner: dict[str, Any], field: str) -> dict[str, Any] | None:
+    """``owner``'s parameters: None when absent, else a JSON object (``null`` is refused: the protocol's
+    schema has parameters an object, and a client that sends null meant something)."""
+    if "parameters" not in owner:
+        return None
+    params = owner["parameters"]
+    if not isinstance(params, dict):
+        raise InvalidArgumentError(f"{field} must be a JSON object", field=field)
+    return params
+
+
 def _param(params: Any, key: str, field: str) -> Any:
     if params is None:
         return None
@@ -113,7 +124,7 @@ def parse_infer_request(
             raise InvalidArgumentError(f"{field}.datatype must be a string", field=f"{field}.datatype")
         if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) for d in shape):
             raise InvalidArgumentError(f"{field}.shape must be a list of integers", field=f"{field}.shape")
-        params = spec.get("parameters")
+        params = _parameters(spec, f"{field}.parameters")
         size = _param(params, "binary_data_size", f"{field}.parameters")
         ref = region_ref(params, f"{field}.parameters") if params and REGION in params else None
         if ref is not None:
@@ -148,12 +159,13 @@ def parse_infer_request(
         if not isinstance(name, str):
             raise InvalidArgumentError(f"{field}.name must be a string", field=f"{field}.name")
         outputs.append(name)
-        params = spec.get("parameters")
+        params = _parameters(spec, f"{field}.parameters")
         binary_outputs[name] = _flag(params, "binary_data", f"{field}.parameters")
         if params and REGION in params and (ref := region_ref(params, f"{field}.parameters")) is not None:
             regions[name] = ref
-    default = _flag(doc.get("parameters"), "binary_data_output", "parameters")
-    key = _param(doc.get("parameters"), "routing_key", "parameters")
+    request_params = _parameters(doc, "parameters")
+    default = _flag(request_params, "binary_data_output", "parameters")
+    key = _param(request_params, "routing_key", "parameters")
     if key is not None:
         if isinstance(key, bool) or not isinstance(key, (str, int)):
             raise InvalidArgumentError(

@@ -239,7 +239,10 @@ class RestFrontEnd:
                 404: f"no route {request.url.path}",
                 405: f"{request.method} is not allowed on {request.url.path}",
             }
-            return error_response(message.get(exc.status_code, str(exc.detail)), exc.status_code)
+            response = error_response(message.get(exc.status_code, str(exc.detail)), exc.status_code)
+            # Starlette's own headers: a 405's Allow (the methods the path takes), which RFC 9110 requires.
+            response.headers.update(exc.headers or {})
+            return response
 
         async def disconnected(request: Request, exc: Exception) -> Response:
             # The caller went away mid-body: nobody to answer, nothing to log.
