@@ -473,3 +473,33 @@ def test_folders_without_a_model_file_or_version_say_so(tmp_path) -> None:
         directory.load("two", "1")
     listed = {entry.name: entry for entry in directory.listing()}
     assert listed["two"].versions == (1,) and "no version" in listed["empty"].error
+
+
+def test_a_model_folder_wins_over_a_run_of_its_name_and_the_run_keeps_its_id(tmp_path) -> None:
+    """Precedence: MLflow served names, then model folders, then run names, then run ids."""
+    import asyncio
+
+    from trainwire_core.storage import Store
+    from trainwire_core.store_documents import CheckpointIndex, IndexedCheckpoint
+    from trainwire_predictor.model_repository import ModelRepository
+    from trainwire_predictor.model_repository_dir import ModelDirectory
+
+    store = Store(str(tmp_path / "store"))
+    CheckpointIndex(
+        run_id="run-1",
+        run_name="churn",
+        checkpoints=(IndexedCheckpoint("checkpoint_000001", 0),),
+        latest="checkpoint_000001",
+    ).write(store)
+    store.write_json(store.name_path("churn"), {"run_id": "run-1"})
+    (tmp_path / "repo" / "churn" / "3").mkdir(parents=True)
+    repo = ModelRepository(store, directory=ModelDirectory(str(tmp_path / "repo")))
+    without = ModelRepository(store)
+
+    async def resolve(models: ModelRepository, name: str) -> tuple[str, str]:
+        ref = await models.resolve(name)
+        return ref.run_id, ref.checkpoint_id
+
+    assert asyncio.run(resolve(without, "churn")) == ("run-1", "checkpoint_000001")
+    assert asyncio.run(resolve(repo, "churn")) == ("churn", "3")
+    assert asyncio.run(resolve(repo, "run-1")) == ("run-1", "checkpoint_000001")
