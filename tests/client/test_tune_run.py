@@ -45,9 +45,13 @@ def test_arguments_trainwire_cannot_honour_are_refused_before_anything_starts():
         tune.run(quadratic, local_dir="/tmp")
     with pytest.raises(ValueError, match="max_failures must be 0"):
         tune.run(quadratic, fail_fast=True, max_failures=1)
-    with pytest.raises(InvalidArgumentError) as err:
-        tune.ResumeConfig(errored=tune.ResumeConfig.ResumeType.RESTART)
-    assert err.value.field == "resume_config.errored"
+    with pytest.raises(InvalidArgumentError) as err:  # finished trials are kept: a search is followed
+        tune.ResumeConfig(finished=tune.ResumeConfig.ResumeType.RESTART)
+    assert err.value.field == "resume_config.finished"
+    # Failed trials go on or start again, as Tuner.restore's resume_errored / restart_errored.
+    restart = tune.ResumeConfig(errored=tune.ResumeConfig.ResumeType.RESTART).request("search")
+    assert restart.restart_errored and restart.resume_unfinished and not restart.resume_errored
+    assert tune.ResumeConfig().request("search") is None
     with pytest.raises(InvalidArgumentError, match="register_trainable"):
         tune.run("never-registered")
 

@@ -101,6 +101,15 @@ def tune_configs(draw) -> tune_pb2.TuneConfig:
     alg.max_concurrent = draw(mostly(st.integers(0, 2), st.just(-1)))
     alg.metric = draw(mostly(st.just(""), st.sampled_from(["valid-logloss", "other"])))
     alg.mode = draw(mostly(st.just(""), st.sampled_from(["min", "x"])))
+    if draw(st.integers(0, 5)) == 5:  # multi-objective: metric and mode lists, mostly of one length
+        n = draw(st.integers(0, 3))
+        alg.metrics.extend(
+            draw(st.lists(st.sampled_from(["valid-logloss", "train-logloss", ""]), min_size=n, max_size=n))
+        )
+        m = draw(mostly(st.just(n), st.integers(0, 3)))
+        alg.modes.extend(draw(st.lists(st.sampled_from(["min", "max", "up"]), min_size=m, max_size=m)))
+    if draw(st.integers(0, 7)) == 7:  # a define-by-run space that is no pickle
+        alg.pickled_space = draw(st.binary(max_size=8))
     for _ in range(draw(mostly(st.just(0), st.integers(1, 2)))):
         point = struct_pb2.Struct()
         point.update({"params": {"eta": draw(json_values)}} if draw(st.booleans()) else {"junk": 1})
@@ -184,8 +193,8 @@ def test_accepted_searches_never_end_on_an_internal_error(client, runnable_reque
     stub = tune_pb2_grpc.TunerStub(client.channel)
 
     @FEW
-    @given(tune_requests(runnable_request))
-    def check(request):
+    @given(tune_requests(runnable_request), st.tuples(st.booleans(), st.booleans(), st.booleans()))
+    def check(request, flags):
         started = _call(stub, request)
         if started is None:
             return
@@ -194,6 +203,14 @@ def test_accepted_searches_never_end_on_an_internal_error(client, runnable_reque
         ended = stub.GetTune(tune_pb2.GetTuneRequest(tune_id=started.tune_id), timeout=60)
         assert ended.state in (common_pb2.CANCELLED, common_pb2.SUCCEEDED, common_pb2.FAILED)
         assert "internal error" not in ended.state_reason, ended.state_reason
+        # Tuner.restore's modes on the ended search: a client's call, never INTERNAL.
+        resume = tune_pb2.ResumeTuneRequest(tune_id=started.tune_id, resume_unfinished=flags[0])
+        resume.resume_errored, resume.restart_errored = flags[1], flags[2]
+        try:
+            stub.ResumeTune(resume, timeout=60)
+        except grpc.RpcError as err:
+            assert err.code() in CLIENT_FAULTS, (err.code(), err.details())
+        stub.CancelTune(tune_pb2.GetTuneRequest(tune_id=started.tune_id), timeout=60)
 
     check()
 

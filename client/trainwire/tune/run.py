@@ -207,17 +207,43 @@ def _tuner(
     )
     tuner = Tuner(experiment.trainable(), param_space=experiment.config, tune_config=tune_config, run_config=run_config)
     tuner._progress_reporter = progress_reporter
-    if resume and experiment.name:
+    modes = resume_config if resume_config is not None else _legacy_resume_config(resume)
+    if (resume or resume_config is not None) and experiment.name:
         # The search of this name goes on in the coordinator: follow it rather than start another.
         if Tuner.can_restore(experiment.name):
             tuner._tune_id = experiment.name
-        elif str(resume).upper() != "AUTO":
+            tuner._resume = modes.request(experiment.name) if modes is not None else None
+        elif resume and str(resume).split("+")[0].upper() != "AUTO":
             raise InvalidArgumentError(
                 f"resume={resume!r}: the coordinator has no search named {experiment.name!r} (resume='AUTO' "
                 "starts one when there is none)",
                 field="resume",
             )
     return tuner
+
+
+def _legacy_resume_config(resume: Any) -> ResumeConfig | None:
+    """``resume=True`` / ``"AUTO+ERRORED"`` ... as the ResumeConfig Ray builds from it (None: no resume)."""
+    if not resume:
+        return None
+    if resume is True:
+        return ResumeConfig()
+    settings = str(resume).split("+")
+    if settings[0] in ("LOCAL", "REMOTE", "PROMPT", "ERRORED_ONLY"):
+        raise DeprecationWarning(f"'{settings[0]}' is deprecated. Please pass in one of (True, False, 'AUTO').")
+    kinds = ResumeConfig.ResumeType
+    by_setting = {
+        "ERRORED": ResumeConfig(errored=kinds.RESUME),
+        "RESTART_ERRORED": ResumeConfig(errored=kinds.RESTART),
+        "ERRORED_ONLY": ResumeConfig(unfinished=kinds.SKIP, errored=kinds.RESUME),
+        "RESTART_ERRORED_ONLY": ResumeConfig(unfinished=kinds.SKIP, errored=kinds.RESTART),
+    }
+    config = ResumeConfig()
+    for setting in settings[1:]:
+        if setting not in by_setting:
+            raise ValueError(f"Invalid resume setting: '{setting}'")
+        config = by_setting[setting]
+    return config
 
 
 def _raise_if_failed(analysis: ExperimentAnalysis, raise_on_failed_trial: bool) -> None:

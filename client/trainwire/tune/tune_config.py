@@ -64,7 +64,10 @@ class TuneConfig:
             for attr in ("metric", "mode"):
                 # A multi-objective searcher's lists are its own: TuneConfig's metric then ranks results only.
                 own = getattr(part, attr)
-                if getattr(self, attr) is not None and own is not None and not isinstance(own, list):
+                # Ray's searchers take TuneConfig's metric beside their own (the same one; the coordinator
+                # refuses two different ones), its schedulers refuse it.
+                same = name == "search_alg" and getattr(self, attr) == own
+                if getattr(self, attr) is not None and own is not None and not isinstance(own, list) and not same:
                     raise InvalidArgumentError(
                         f"{attr} is given to both TuneConfig and its {name}: give it to one of them",
                         field=f"tune_config.{name}.{attr}",
@@ -133,9 +136,10 @@ __all__ = ["ResumeConfig", "TuneConfig", "default_metric_mode"]
 class ResumeConfig:
     """How ``tune.run(resume=...)`` treats a search's trials, as ``ray.tune.ResumeConfig``.
 
-    A trainwire search never stopped (it runs in the coordinator): resuming follows it to its
-    end. Only the defaults can be honoured: finished trials are kept (SKIP), unfinished ones go
-    on (RESUME), failed ones stay failed (SKIP).
+    A trainwire search never stopped (it runs in the coordinator): resuming follows it. Finished
+    trials are kept (SKIP); unfinished ones go on (RESUME) or stop now as finished (SKIP); failed
+    ones stay failed (SKIP), go on from their latest checkpoint (RESUME) or start again (RESTART),
+    as ``Tuner.restore``'s ``resume_errored`` / ``restart_errored``.
     """
 
     class ResumeType(enum.Enum):
@@ -150,16 +154,32 @@ class ResumeConfig:
     errored: str = ResumeType.SKIP
 
     def __post_init__(self) -> None:
-        wanted = {
-            "finished": self.ResumeType.SKIP,
-            "unfinished": self.ResumeType.RESUME,
-            "errored": self.ResumeType.SKIP,
+        kinds = self.ResumeType
+        allowed = {
+            "finished": (kinds.SKIP,),
+            "unfinished": (kinds.RESUME, kinds.SKIP),
+            "errored": (kinds.SKIP, kinds.RESUME, kinds.RESTART),
         }
-        for name, default in wanted.items():
+        for name, choices in allowed.items():
             value = getattr(self, name)
-            if value != default and value != default.value:
+            if not any(value in (choice, choice.value) for choice in choices):
                 raise InvalidArgumentError(
-                    f"resume_config.{name} can only be {default.value!r}: a trainwire search runs in the coordinator "
-                    "and is followed, not replayed (start a new search to run trials again)",
+                    f"resume_config.{name} can be {' or '.join(repr(c.value) for c in choices)}, got {value!r}: a "
+                    "trainwire search runs in the coordinator and is followed (finished trials are kept)",
                     field=f"resume_config.{name}",
                 )
+
+    def _is(self, name: str, kind: ResumeConfig.ResumeType) -> bool:
+        value = getattr(self, name)
+        return value in (kind, kind.value)
+
+    def request(self, tune_id: str) -> tune_pb2.ResumeTuneRequest | None:
+        """The ResumeTune request these modes ask of the search (None: Ray's defaults, nothing to ask)."""
+        kinds = self.ResumeType
+        unfinished = self._is("unfinished", kinds.RESUME)
+        resume, restart = self._is("errored", kinds.RESUME), self._is("errored", kinds.RESTART)
+        if unfinished and not resume and not restart:
+            return None
+        return tune_pb2.ResumeTuneRequest(
+            tune_id=tune_id, resume_unfinished=unfinished, resume_errored=resume, restart_errored=restart
+        )
