@@ -255,8 +255,12 @@ def last_exception(output: str, fallback: bool = True) -> str:
     return found[:240]
 
 
-def child_env(mode: str, home: Path, data_dir: Path) -> dict[str, str]:
-    """The run's environment: no address of anything running, its own HOME, the hooks on."""
+def child_env(mode: str, home: Path, data_dir: Path, script_dir: Path | None = None) -> dict[str, str]:
+    """The run's environment: no address of anything running, its own HOME, the hooks on.
+
+    The script's folder is not put first on ``sys.path`` (``PYTHONSAFEPATH``) but last, by the
+    hooks: a sibling file never hides an installed package of the same name.
+    """
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TRAINWIRE_", "RAY_ADDRESS"))}
     env.update(
         HOME=str(home),
@@ -267,7 +271,10 @@ def child_env(mode: str, home: Path, data_dir: Path) -> dict[str, str]:
         HF_DATASETS_OFFLINE="1",
         WANDB_MODE="offline",
         PYTHONUNBUFFERED="1",
+        PYTHONSAFEPATH="1",
     )
+    if script_dir is not None:
+        env["TRAINWIRE_RAY_EXAMPLES_SCRIPT_DIR"] = str(script_dir)
     return env
 
 
@@ -282,7 +289,7 @@ def run_one(script: Script, mode: str, timeout_s: float, data_dir: Path, log_dir
         proc = subprocess.Popen(
             command,
             cwd=home,
-            env=child_env(mode, home, data_dir),
+            env=child_env(mode, home, data_dir, script.path.parent),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,

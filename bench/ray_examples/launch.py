@@ -1,8 +1,8 @@
 """Runs one Ray script with its imports rewritten to trainwire: ``python launch.py SCRIPT [ARGS...]``.
 
-The script runs as ``__main__`` with its own ``sys.argv`` and directory first on ``sys.path``,
-as ``python SCRIPT`` would run it; its code is compiled from the rewritten syntax tree under its
-own file name, so tracebacks show Ray's lines.
+The script runs as ``__main__`` with its own ``sys.argv``, as ``python SCRIPT`` would run it, its
+directory on ``sys.path`` as in the Ray run (last: see ``ray_examples_hooks.install``); its code
+is compiled from the rewritten syntax tree under its own file name, so tracebacks show Ray's lines.
 """
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ def main() -> None:
     """Run the script named by ``sys.argv[1]`` with the remaining arguments."""
     script = os.path.abspath(sys.argv[1])
     sys.argv = [script, *sys.argv[2:]]
-    sys.path[0] = os.path.dirname(script)
+    if os.path.dirname(script) not in sys.path:  # run without the runner's environment
+        sys.path.append(os.path.dirname(script))
     with open(script, "rb") as f:
         code = ray_examples_hooks.compile_rewritten(f.read(), script)
     module = types.ModuleType("__main__")

@@ -30,6 +30,7 @@ from typing import Any
 
 DATA_ENV = "TRAINWIRE_RAY_EXAMPLES_DATA"
 MODE_ENV = "TRAINWIRE_RAY_EXAMPLES_MODE"
+SCRIPT_DIR_ENV = "TRAINWIRE_RAY_EXAMPLES_SCRIPT_DIR"
 MAPPED = ("train", "tune", "air")  # ray.<name> -> trainwire.<name>
 MAPPED_FUNCTIONS = ("init", "shutdown")  # ray.<name>() -> trainwire.<name>()
 EXAMPLE_BUCKETS = ("air-example-data", "ray-example-data")  # Ray's public buckets of example data
@@ -323,9 +324,18 @@ class PostImportFinder(importlib.abc.MetaPathFinder):
 
 
 def install() -> None:
-    """Install the data hooks (both modes) and the example-module rewrite (trainwire mode)."""
+    """Install the data hooks (both modes) and the example-module rewrite (trainwire mode).
+
+    The script's own folder goes last on ``sys.path`` (the runner starts Python with
+    ``PYTHONSAFEPATH``, so not first): its sibling files stay importable, but never hide an
+    installed package. Ray's doc_code folder has a ``torchmetrics.py``, which ``import
+    torchmetrics`` in its neighbours would otherwise run as the library.
+    """
     if not os.environ.get(DATA_ENV):
         return
+    script_dir = os.environ.get(SCRIPT_DIR_ENV)
+    if script_dir and script_dir not in sys.path:
+        sys.path.append(script_dir)
     if not any(isinstance(f, PostImportFinder) for f in sys.meta_path):
         sys.meta_path.insert(0, PostImportFinder())
     if os.environ.get(MODE_ENV) == "trainwire" and not any(isinstance(f, ExampleModuleFinder) for f in sys.meta_path):
