@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import time
 
 import pytest
 
@@ -84,3 +85,40 @@ def test_a_failed_trial_is_resumed_from_its_checkpoint_or_restarted(coordinator,
 def test_restore_modes_are_checked():
     with pytest.raises(Exception, match="resume_errored must be a bool"):
         Tuner.restore("some-search", resume_errored="yes")
+
+
+def _slow(config):
+    import time
+
+    for i in range(600):
+        tune.report({"i": i + 1})
+        time.sleep(0.1)
+
+
+def test_resume_unfinished_false_stops_a_running_searchs_trials_as_finished(coordinator, client):
+    import threading
+
+    tuner = Tuner(
+        tune.with_resources(_slow, {"cpu": 0.25}),
+        param_space={"x": tune.grid_search([1, 2])},
+        tune_config=TuneConfig(metric="i", mode="max"),
+        run_config=RunConfig(name="slow-unfinished", verbose=0),
+    )
+    thread = threading.Thread(target=tuner.fit, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        try:
+            running = client.get_tune("slow-unfinished")
+        except Exception:  # not recorded yet
+            running = None
+        if running is not None and any(t.num_reports for t in running.trials):
+            break
+        time.sleep(0.5)
+    restored = Tuner.restore("slow-unfinished", trainable=_slow, resume_unfinished=False).fit()
+    # As Ray marks them TERMINATED: the trials stopped as finished, long before their 600 reports.
+    assert restored.num_errors == 0 and len(restored) == 2
+    assert {t.state for t in restored.tune_run.trials} == {common_pb2.SUCCEEDED}
+    assert all(r.metrics.get("i", 0) < 600 for r in restored)
+    assert restored.tune_run.state == common_pb2.SUCCEEDED
+    thread.join(60)
