@@ -138,11 +138,11 @@ class GenerationPublisher:
     def __init__(self, collector: Any, path: str) -> None:
         self.collector = collector
         self.path = path
+        os.makedirs(os.path.dirname(path), exist_ok=True)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="trainwire-generation-snapshot", daemon=True)
 
     def start(self) -> None:
-        os.makedirs(os.path.dirname(self.path), exist_ok=True)
         self._thread.start()
 
     def stop(self) -> None:

@@ -21,7 +21,7 @@ from trainwire_core.inference import grpc_service_pb2_grpc as pb_grpc
 from trainwire_core.storage import Store
 from trainwire_predictor.models import ModelRef
 from trainwire_predictor.statistics import SharedStatistics, Timing
-from trainwire_predictor.workers import PID_HEADER
+from trainwire_predictor.workers import PID_HEADER, GenerationPublisher, GenerationSnapshots
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -69,6 +69,34 @@ def test_shared_statistics_sum_every_process_file(tmp_path) -> None:
         }
     assert stats.records("run-2") == [] and stats.records("run-1", "c2") == []
     assert stats.records("run-1", "c1", name="alias")[0].name == "alias"
+
+
+def test_generation_snapshots_sum_the_workers_gauges(tmp_path) -> None:
+    """Each worker's generation figures (a snapshot file) are summed by metric and labels at the parent's scrape."""
+    from prometheus_client import CollectorRegistry, generate_latest
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+    class Engines:
+        def __init__(self, waiting: int, tokens: int, tenant: str) -> None:
+            self.figures = (waiting, tokens, tenant)
+
+        def collect(self) -> Iterator[Any]:
+            waiting, tokens, tenant = self.figures
+            gauge = GaugeMetricFamily("trainwire_generate_waiting", "waiting", labels=["model", "tenant"])
+            gauge.add_metric(["lm", tenant], waiting)
+            counter = CounterMetricFamily("trainwire_generate_tokens", "tokens", labels=["model", "tenant"])
+            counter.add_metric(["lm", tenant], tokens)
+            yield from (gauge, counter)
+
+    folder = tmp_path / "generation"
+    for index, (waiting, tokens, tenant) in enumerate([(2, 10, "alice"), (3, 5, "alice"), (1, 7, "bob")]):
+        GenerationPublisher(Engines(waiting, tokens, tenant), str(folder / f"{index}.json")).publish()
+    registry = CollectorRegistry()
+    registry.register(GenerationSnapshots(str(folder)))  # type: ignore[arg-type]
+    text = generate_latest(registry).decode()
+    assert 'trainwire_generate_waiting{model="lm",tenant="alice"} 5.0' in text
+    assert 'trainwire_generate_waiting{model="lm",tenant="bob"} 1.0' in text
+    assert 'trainwire_generate_tokens_total{model="lm",tenant="alice"} 15.0' in text
 
 
 @pytest.fixture(scope="module")
