@@ -83,8 +83,12 @@ class TrainWorker:
         os.makedirs(trial_dir, exist_ok=True)
         context = dataclasses.replace(context, trial_dir=trial_dir)
         store = Store(spec.store_uri)
-        artifacts = ArtifactSyncer(
-            store, context.run_id, context.world_rank, trial_dir, SyncConfig.from_proto(request.run_config.sync_config)
+        sync_config = SyncConfig.from_proto(request.run_config.sync_config)
+        # Without SyncConfig(sync_artifacts=True) there is nothing to sync.
+        artifacts = (
+            ArtifactSyncer(store, context.run_id, context.world_rank, trial_dir, sync_config)
+            if sync_config.sync_artifacts
+            else None
         )
         reports = ReportStreamClient(spec.coordinator_address, context.run_id, spec.report_secret, tls=spec.report_tls)
         reports.send(
@@ -105,7 +109,8 @@ class TrainWorker:
             artifacts=artifacts,
         )
         set_session(session)
-        artifacts.start()
+        if artifacts is not None:
+            artifacts.start()
         error = b""
 
         def status(reason: str) -> None:
@@ -136,6 +141,7 @@ class TrainWorker:
         finally:
             set_session(None)
             session.close()
-            artifacts.close()
+            if artifacts is not None:
+                artifacts.close()
             reports.close()
         return error

@@ -93,7 +93,8 @@ class WorkerSession(ReportingSession):
         self._inflight: list[Future] = []
         self._lock = threading.Lock()
         self._last_checkpoint_index = 0
-        self._collectives = Collectives(context.run_id, context.attempt, context.world_rank, context.world_size)
+        # Made at the loop's first collective call: most loops make none.
+        self._collectives: Collectives | None = None
 
     # --- report -----------------------------------------------------------------------
     def _before_report(self) -> None:
@@ -257,11 +258,15 @@ class WorkerSession(ReportingSession):
     # --- collectives (trainwire.train.collective) -------------------------------------------
     def broadcast_from_rank_zero(self, data: Any, caller: str) -> Any:
         """Rank 0's ``data`` once every worker of this attempt has made the same call."""
+        if self._collectives is None:
+            ctx = self.context
+            self._collectives = Collectives(ctx.run_id, ctx.attempt, ctx.world_rank, ctx.world_size)
         return self._collectives.broadcast_from_rank_zero(data, caller)
 
     def close(self) -> None:
         """The loop has ended on this worker (either way)."""
-        self._collectives.close()
+        if self._collectives is not None:
+            self._collectives.close()
 
     # --- reading back -------------------------------------------------------------------
     def get_all_reported_checkpoints(
