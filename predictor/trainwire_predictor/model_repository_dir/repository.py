@@ -84,6 +84,7 @@ class ModelDirectory:
         self.trust_pickles = trust_pickles
         self.refresh_s = refresh_s
         self._names: frozenset[str] = frozenset()
+        self._skipped: set[str] = set()
         self._listed_at = float("-inf")
         self._lock = threading.Lock()
         # Model name -> its configuration as last read (what a load of it follows).
@@ -105,16 +106,29 @@ class ModelDirectory:
         return time.monotonic() - self._listed_at >= self.refresh_s
 
     def refresh(self) -> frozenset[str]:
-        """Reads the list of model folders (blocking); folders whose names are not plain are skipped."""
+        """Reads the list of model folders (blocking); folders whose names are not plain are skipped.
+
+        Where the listing fails (an object store out of reach), the last list stands until the next
+        refresh: the models loaded go on serving.
+        """
         names = set()
-        for info in self._entries(self.store.root):
+        try:
+            entries = self._entries(self.store.root)
+        except OSError as exc:
+            logger.warning("cannot list the model repository %s: %s", self._shown(self.store.root), exc)
+            with self._lock:
+                self._listed_at = time.monotonic()
+            return self._names
+        for info in entries:
             name = posixpath.basename(info.path)
             if info.type != pafs.FileType.Directory or name.startswith("."):
                 continue
             if not is_path_component(name):
-                logger.warning(
-                    "model repository %s: skipping folder %r (not a plain name)", self._shown(self.store.root), name
-                )
+                if name not in self._skipped:  # once per folder, not once per refresh
+                    self._skipped.add(name)
+                    logger.warning(
+                        "model repository %s: skipping folder %r (not a plain name)", self._shown(self.store.root), name
+                    )
                 continue
             names.add(name)
         with self._lock:
