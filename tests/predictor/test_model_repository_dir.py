@@ -503,3 +503,24 @@ def test_a_model_folder_wins_over_a_run_of_its_name_and_the_run_keeps_its_id(tmp
     assert asyncio.run(resolve(without, "churn")) == ("run-1", "checkpoint_000001")
     assert asyncio.run(resolve(repo, "churn")) == ("churn", "3")
     assert asyncio.run(resolve(repo, "run-1")) == ("run-1", "checkpoint_000001")
+
+
+def test_tritonclient_asks_for_outputs_by_their_configured_names(served, repository) -> None:
+    """Triton's own client: TorchScript's INPUT__0/OUTPUT__0 and a FIL configuration's output__0, over gRPC."""
+    tritonclient = pytest.importorskip("tritonclient.grpc")
+
+    x, expected = repository["x"], repository["expected"]
+    client = tritonclient.InferenceServerClient(served[1])
+    try:
+        for model, name, out, want in (
+            ("ts", "INPUT__0", "OUTPUT__0", expected["ts"]),
+            ("lgb_all", "input__0", "output__0", expected["lgb/2"]),
+        ):
+            tensor = tritonclient.InferInput(name, list(x.shape), "FP32")
+            tensor.set_data_from_numpy(x)
+            answer = client.infer(model, [tensor], outputs=[tritonclient.InferRequestedOutput(out)])
+            np.testing.assert_allclose(answer.as_numpy(out), want, atol=1e-6, err_msg=model)
+        config = client.get_model_config("ts", as_json=True)["config"]
+        assert config["platform"] == "pytorch_libtorch" and config["input"][0]["name"] == "INPUT__0"
+    finally:
+        client.close()

@@ -300,8 +300,10 @@ class TorchScriptPredictor(TensorPredictor):
     def _run(self, feeds: list[np.ndarray]) -> list[Any]:
         import torch
 
+        # Raw request bytes decode read-only; torch wants tensors it may write (a module may work in place).
+        tensors = [torch.from_numpy(arr if arr.flags.writeable else arr.copy()) for arr in feeds]
         with torch.inference_mode():
-            out = self.module(*(torch.from_numpy(arr) for arr in feeds))
+            out = self.module(*tensors)
         if isinstance(out, dict):
             out = list(out.values())
         elif not isinstance(out, list | tuple):
