@@ -219,3 +219,19 @@ def test_a_define_by_run_multi_objective_search_runs_through_a_tuner(coordinator
     assert sorted(map(_key, (r.config for r in grid))) == sorted(map(_key, expected))
     best = grid.get_best_result()
     assert best.metrics["loss"] == min(r.metrics["loss"] for r in grid)
+
+
+def test_points_to_evaluate_come_first_in_a_define_by_run_space_as_in_ray() -> None:
+    from google.protobuf import struct_pb2
+    from ray.tune.search.optuna import OptunaSearch
+
+    point = {"lr": 0.01, "kind": "deep", "layers": 3}
+    ray_searcher = OptunaSearch(space=define_by_run, metric="loss", mode="min", seed=2, points_to_evaluate=[point])
+    expected = _ray_run(ray_searcher, 3)
+    # A function trainable's points travel keyed like its trainer's param_space.
+    nested = struct_pb2.Struct()
+    nested.update({"train_loop_config": point})
+    alg = tune_pb2.SearchAlgorithm(name="optuna", seed=2, points_to_evaluate=[nested])
+    ours = OptunaSearcher(SearchSpace(_request(alg)), 3, alg, "min", define_by_run, ("train_loop_config",))
+    assert _our_run(ours, 3, "loss") == expected
+    assert expected[0] == {**point, "batch": 32}
