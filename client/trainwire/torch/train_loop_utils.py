@@ -16,18 +16,49 @@ def get_device() -> Any:
     return torch.device("cpu")
 
 
-def prepare_model(model: Any, move_to_device: bool = True, parallel_strategy: str | None = "ddp") -> Any:
-    """Moves the model to this worker's device and wraps it in DistributedDataParallel."""
-    import torch
-    from torch.nn.parallel import DistributedDataParallel
+def prepare_model(
+    model: Any,
+    move_to_device: Any = True,
+    parallel_strategy: str | None = "ddp",
+    parallel_strategy_kwargs: dict[str, Any] | None = None,
+) -> Any:
+    """Moves the model to this worker's device and wraps it for data parallelism, as Ray's.
 
-    device = get_device()
+    Args:
+        model: A ``torch.nn.Module``.
+        move_to_device: True for this worker's device (``get_device()``), a ``torch.device``
+            for that one, False to leave the model where it is.
+        parallel_strategy: ``"ddp"`` (DistributedDataParallel), ``"fsdp"``
+            (FullyShardedDataParallel, GPUs only) or None; only with more than one worker.
+        parallel_strategy_kwargs: Passed to the wrapper's constructor (on a GPU, DDP's
+            ``device_ids`` / ``output_device`` default to the worker's device).
+
+    Raises:
+        ValueError: An unknown ``parallel_strategy``.
+        RuntimeError: ``"fsdp"`` without a GPU.
+    """
+    import torch
+
+    if parallel_strategy not in ("ddp", "fsdp", None):
+        raise ValueError(f"parallel_strategy must be 'ddp', 'fsdp' or None, got {parallel_strategy!r}")
+    kwargs = dict(parallel_strategy_kwargs or {})
+    device = move_to_device if isinstance(move_to_device, torch.device) else get_device()
     if move_to_device:
         model = model.to(device)
-    if parallel_strategy == "ddp" and torch.distributed.is_initialized() and torch.distributed.get_world_size() > 1:
-        device_ids = [device.index] if device.type == "cuda" else None
-        model = DistributedDataParallel(model, device_ids=device_ids)
-    return model
+    distributed = torch.distributed.is_initialized() and torch.distributed.get_world_size() > 1
+    if not parallel_strategy or not distributed:
+        return model
+    if parallel_strategy == "fsdp":
+        if not torch.cuda.is_available():
+            raise RuntimeError("FSDP is only available with GPU training: set use_gpu=True in the ScalingConfig")
+        from torch.distributed.fsdp import FullyShardedDataParallel
+
+        return FullyShardedDataParallel(model, **kwargs)
+    from torch.nn.parallel import DistributedDataParallel
+
+    if device.type == "cuda":
+        kwargs = {"device_ids": [device], "output_device": device, **kwargs}
+    return DistributedDataParallel(model, **kwargs)
 
 
 def prepare_data_loader(data_loader: Any, add_dist_sampler: bool = True, move_to_device: bool = True) -> Any:
