@@ -5,13 +5,11 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 import pyarrow.fs as pafs
-from google.protobuf import timestamp_pb2
 
 from trainwire.checkpoint import Checkpoint
 from trainwire.config import FailureConfig
@@ -28,6 +26,8 @@ from trainwire_coordinator.execution.callbacks import (
     ControllerMetricsCallback,
     RunEvents,
     RunPersistence,
+    now,
+    run_record,
 )
 from trainwire_coordinator.execution.checkpoint_manager import CheckpointManager
 from trainwire_coordinator.execution.controller import (
@@ -53,24 +53,6 @@ logger = logging.getLogger(__name__)
 
 
 PROGRAM_EXITED = "the program that started it exited"
-
-
-def _now() -> timestamp_pb2.Timestamp:
-    ts = timestamp_pb2.Timestamp()
-    ts.FromNanoseconds(time.time_ns())
-    return ts
-
-
-def _record(run: coordinator_pb2.Run, idempotency_key: str = "") -> RunRecord:
-    return RunRecord(
-        run_id=run.run_id,
-        name=run.name,
-        state=run.state,
-        created_at=run.created_at.ToNanoseconds() / 1e9,
-        updated_at=run.updated_at.ToNanoseconds() / 1e9,
-        data=run.SerializeToString(),
-        idempotency_key=idempotency_key,
-    )
 
 
 class RunManager:
@@ -145,11 +127,12 @@ class RunManager:
         )
         self.controllers: dict[str, RunController] = {}
         self.metrics = CoordinatorMetrics(lambda: [c.run.state for c in list(self.controllers.values())])
+        self.persistence = RunPersistence(metadata, self.events.writes)
         # In this order: the metrics, then the event (a watcher that sees the end has it), then the record.
         self.callbacks: list[ControllerCallback] = [
             ControllerMetricsCallback(self.metrics),
             RunEvents(self.events.append),
-            RunPersistence(self._save),
+            self.persistence,
         ]
 
     async def recover(self) -> list[str]:
@@ -204,8 +187,7 @@ class RunManager:
 
     async def _save(self, run: coordinator_pb2.Run) -> None:
         """Saves a snapshot of the run on the metadata thread (writes keep their order)."""
-        run.updated_at.CopyFrom(_now())
-        await self._write(self.metadata.update_run, _record(run))
+        await self.persistence.save_run(run)
 
     def check_fit(
         self, request: coordinator_pb2.FitRequest, caller: Caller, *, check_capacity: bool = True
@@ -234,15 +216,15 @@ class RunManager:
             state=common_pb2.PENDING,
             framework=request.framework,
             path=store.uri_of(store.run_dir(run_id)),
-            created_at=_now(),
-            updated_at=_now(),
+            created_at=now(),
+            updated_at=now(),
             request=request,
             submitted_by=caller.name if submitted_by is None else submitted_by,
             embedded_owner=self.embedded_owner,
             tune_id=tune_id,
             trial_index=trial_index,
         )
-        stored = await self._write(self.metadata.create_run, _record(run, request.idempotency_key))
+        stored = await self._write(self.metadata.create_run, run_record(run, request.idempotency_key))
         if stored.run_id != run_id:
             return coordinator_pb2.Run.FromString(stored.data)
         await self.events.append(
@@ -385,14 +367,14 @@ class RunManager:
             state_reason="uploaded checkpoint",
             framework="upload",
             path=self.store.uri_of(self.store.run_dir(run_id)),
-            created_at=_now(),
-            updated_at=_now(),
+            created_at=now(),
+            updated_at=now(),
         )
         info = checkpoints.info(checkpoints.latest)
         run.latest_checkpoint.CopyFrom(info)
         run.best_checkpoints.append(info)
         run.latest_metrics.CopyFrom(info.metrics)
-        await self._write(self.metadata.create_run, _record(run))
+        await self._write(self.metadata.create_run, run_record(run))
         await self.events.append(coordinator_pb2.RunEvent(run_id=run_id, checkpoint=info))
         await self.events.append(
             coordinator_pb2.RunEvent(

@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 import logging
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from tests.coordinator.test_controller import Harness, _error, _run
-from trainwire_coordinator.execution.callbacks import ControllerCallback, ControllerMetricsCallback
+from trainwire_coordinator.execution.callbacks import (
+    ControllerCallback,
+    ControllerMetricsCallback,
+    RunPersistence,
+    run_record,
+)
 from trainwire_coordinator.execution.controller_states import ControllerState
+from trainwire_coordinator.metadata import open_metadata_store
 from trainwire_coordinator.metrics import CoordinatorMetrics
 from trainwire_core.v1 import common_pb2, coordinator_pb2
 
@@ -143,3 +150,36 @@ def test_a_raising_callback_is_logged_and_the_run_goes_on(tmp_path, caplog):
     failures = [r for r in caplog.records if "callback Raising failed" in r.getMessage()]
     assert len(failures) == raising.calls
     assert {r.exc_info[1].args[0] for r in failures if r.exc_info} == {"the tracker is down"}
+
+
+def test_the_record_is_saved_after_each_state_change_and_report(tmp_path):
+    metadata = open_metadata_store(str(tmp_path / "meta.db"))
+    with ThreadPoolExecutor(1) as writes:
+        persistence = RunPersistence(metadata, writes)
+        saved: list[tuple[int, int]] = []
+        update = metadata.update_run
+
+        def update_run(record: Any) -> None:
+            run = coordinator_pb2.Run.FromString(record.data)
+            saved.append((run.state, run.last_report_index))
+            update(record)
+
+        metadata.update_run = update_run  # type: ignore[method-assign]
+        h = Harness(tmp_path, max_failures=1, callbacks=[persistence])
+        metadata.create_run(run_record(h.run))
+        _run(_restart_once(h))
+
+    # One save per state change and per report, each with the run as it was then.
+    assert saved == [
+        (S.STARTING, 0),
+        (S.RUNNING, 0),
+        (S.RUNNING, 1),  # rank 0's report
+        (S.RUNNING, 1),  # rank 1's, with the checkpoint
+        (S.RESTARTING, 1),
+        (S.STARTING, 1),
+        (S.RUNNING, 1),
+        (S.SUCCEEDED, 1),
+    ]
+    record = metadata.get_run(h.run.run_id)
+    assert record is not None and record.state == S.SUCCEEDED and record.updated_at > 0
+    assert coordinator_pb2.Run.FromString(record.data).latest_checkpoint.checkpoint_id == "c1"

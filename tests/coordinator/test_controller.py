@@ -15,7 +15,7 @@ import pytest
 
 from trainwire.config import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
 from trainwire_coordinator.execution.admitted_run import AdmittedRun
-from trainwire_coordinator.execution.callbacks import ControllerCallback, RunEvents, RunPersistence
+from trainwire_coordinator.execution.callbacks import ControllerCallback, RunEvents
 from trainwire_coordinator.execution.controller import (
     ControllerRuntime,
     ControllerSettings,
@@ -266,9 +266,6 @@ class Harness:
         self.run = coordinator_pb2.Run(run_id="r1", name="run", state=S.PENDING, request=request)
         self.checkpoints = FakeCheckpoints()
 
-        async def save(run: coordinator_pb2.Run) -> None:
-            pass
-
         async def emit(event: coordinator_pb2.RunEvent) -> int:
             if event.HasField("state_change"):
                 SEEN.add((self.states[-1], event.state_change.state))
@@ -304,7 +301,7 @@ class Harness:
             runtime,
             FailurePolicy(failure),
             self.checkpoints,
-            callbacks=[*callbacks, RunEvents(emit), RunPersistence(save)],
+            callbacks=[*callbacks, RunEvents(emit)],
             settings=settings,
             data=data,
         )

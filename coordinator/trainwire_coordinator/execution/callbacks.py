@@ -14,13 +14,17 @@ others still run; the run goes on, as Ray's best-effort hooks.
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable, Sequence
+from concurrent.futures import Executor
 
-from google.protobuf import struct_pb2
+from google.protobuf import struct_pb2, timestamp_pb2
 
 from trainwire_coordinator.execution.controller_states import ControllerState
 from trainwire_coordinator.execution.run_state import TERMINAL
+from trainwire_coordinator.metadata import MetadataStore, RunRecord
 from trainwire_coordinator.metrics import CoordinatorMetrics
 from trainwire_core.v1 import common_pb2, coordinator_pb2
 
@@ -126,15 +130,43 @@ class RunEvents(ControllerCallback):
         await self.emit(coordinator_pb2.RunEvent(run_id=run.run_id, checkpoint=info))
 
 
+def now() -> timestamp_pb2.Timestamp:
+    """The time now, as a run's timestamps hold it."""
+    ts = timestamp_pb2.Timestamp()
+    ts.FromNanoseconds(time.time_ns())
+    return ts
+
+
+def run_record(run: coordinator_pb2.Run, idempotency_key: str = "") -> RunRecord:
+    """The metadata store's record of ``run`` (a snapshot of it, and the columns it is listed by)."""
+    return RunRecord(
+        run_id=run.run_id,
+        name=run.name,
+        state=run.state,
+        created_at=run.created_at.ToNanoseconds() / 1e9,
+        updated_at=run.updated_at.ToNanoseconds() / 1e9,
+        data=run.SerializeToString(),
+        idempotency_key=idempotency_key,
+    )
+
+
 class RunPersistence(ControllerCallback):
     """Saves the run's record after each state change and each report (a new coordinator carries it on from there).
 
     Args:
-        save_run: Writes a snapshot of the run to the metadata store.
+        metadata: Where runs are recorded.
+        writes: The one thread metadata writes run on, so they land in the order they were made
+            (``EventLog.writes``: a state's event is written before its record).
     """
 
-    def __init__(self, save_run: Callable[[coordinator_pb2.Run], Awaitable[None]]) -> None:
-        self.save_run = save_run
+    def __init__(self, metadata: MetadataStore, writes: Executor) -> None:
+        self.metadata = metadata
+        self.writes = writes
+
+    async def save_run(self, run: coordinator_pb2.Run) -> None:
+        """Saves a snapshot of the run, stamped ``updated_at`` now, off the event loop."""
+        run.updated_at.CopyFrom(now())
+        await asyncio.get_running_loop().run_in_executor(self.writes, self.metadata.update_run, run_record(run))
 
     async def after_controller_state_update(
         self, run: coordinator_pb2.Run, previous: ControllerState, current: ControllerState
