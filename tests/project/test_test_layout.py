@@ -73,6 +73,15 @@ def test_every_test_module_mirrors_a_module_or_sits_in_a_cross_cutting_folder():
     )
 
 
+def test_no_two_test_modules_share_a_name():
+    # Test folders are not packages: pytest imports each test module by its file name alone.
+    by_name: dict[str, list[str]] = {}
+    for test in TESTS.rglob("test_*.py"):
+        by_name.setdefault(test.name, []).append(str(test.relative_to(ROOT)))
+    shared = {name: paths for name, paths in by_name.items() if len(paths) > 1}
+    assert not shared, f"rename one of each (e.g. test_<module>_<aspect>.py): {shared}"
+
+
 def test_the_not_yet_list_holds_only_tests_that_still_do_not_mirror():
     assert set(NOT_YET) <= set(misplaced()), set(NOT_YET) - set(misplaced())
 
