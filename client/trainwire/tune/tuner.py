@@ -431,6 +431,10 @@ class Tuner:
         - ``resume_unfinished=False``: its trials still pending or running stop now, as finished
           (Ray marks them TERMINATED), and it starts no more.
 
+        A cancelled search's cancelled trials are not run again: cancelling is a request of its own
+        (Ray resumes the trials an interrupted experiment left unfinished; a trainwire search is not
+        interrupted by its caller's end).
+
         ``trainable`` sets the class its checkpoints are given as; ``param_space`` is accepted for
         Ray's signature (Ray re-specifies object references with it; the coordinator kept the
         search's request).
