@@ -48,6 +48,18 @@ output [ { name: "output__0" data_type: TYPE_FP32 dims: [ 1 ] } ]
 parameters [ { key: "model_type" value: { string_value: "lightgbm" } } ]
 """
 
+COLUMNS_CONFIG = """
+backend: "fil"
+max_batch_size: 32
+input [
+  { name: "a" data_type: TYPE_FP32 dims: [ 1 ] },
+  { name: "b" data_type: TYPE_FP32 dims: [ 1 ] },
+  { name: "c" data_type: TYPE_FP32 dims: [ 1 ] },
+  { name: "d" data_type: TYPE_FP32 dims: [ 1 ] }
+]
+parameters [ { key: "model_type" value: { string_value: "lightgbm" } } ]
+"""
+
 BROKEN_CONFIG = 'platform: "onnxruntime_onnx"\ninput [ { name: "x" data_type: TYPE_FP32 dims: [ 4 '
 
 
@@ -156,6 +168,8 @@ def repository(tmp_path_factory) -> dict[str, Any]:
         (folder("lgb_all", version) / "model.txt").write_text((repo / "lgb" / version / "model.txt").read_text())
         expected[f"lgb/{version}"] = lgb.predict(x)
     (repo / "lgb_all" / "config.pbtxt").write_text(FIL_CONFIG)
+    (folder("lgb_cols", "1") / "model.txt").write_text((repo / "lgb" / "2" / "model.txt").read_text())
+    (repo / "lgb_cols" / "config.pbtxt").write_text(COLUMNS_CONFIG)
 
     estimator = LogisticRegression().fit(train_x, train_y)
     joblib.dump(estimator, folder("sk", "1") / "model.joblib")
@@ -237,6 +251,20 @@ def test_version_policy_latest_by_default_and_all_from_the_config(served, reposi
     meta = get(f"{base}/v2/models/lgb_all")
     assert meta["inputs"] == [{"name": "input__0", "datatype": "FP32", "shape": [-1, 4]}]
     assert [o["name"] for o in meta["outputs"]] == ["output__0"]
+
+
+def test_declared_columns_name_a_bare_matrix_models_features(served, repository) -> None:
+    """A LightGBM model trained on a matrix (Column_0...) takes the configuration's one-value-per-row inputs."""
+    base, _ = served
+    x = repository["x"]
+    tensors = [
+        {"name": name, "shape": [len(x), 1], "datatype": "FP32", "data": x[:, i].tolist()}
+        for i, name in enumerate("abcd")
+    ]
+    status, doc = post(f"{base}/v2/models/lgb_cols/infer", {"inputs": tensors})
+    assert status == 200, doc
+    np.testing.assert_allclose(output(doc, "predictions"), repository["expected"]["lgb/2"], atol=1e-6)
+    assert [i["name"] for i in get(f"{base}/v2/models/lgb_cols")["inputs"]] == ["a", "b", "c", "d"]
 
 
 def test_metadata_and_config_from_the_graph_and_config_pbtxt(served) -> None:

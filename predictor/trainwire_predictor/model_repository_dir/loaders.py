@@ -145,7 +145,9 @@ def _tabular(predictor: Predictor, settings: ModelSettings) -> Predictor:
     inputs = settings.inputs
     if not inputs:
         return predictor
-    if _columns(settings):
+    names = _columns(settings)
+    if names:
+        _match_columns(predictor, names, settings.source)
         predictor.signature_specs = (list(inputs), list(settings.outputs))  # type: ignore[attr-defined]
         return predictor
     if len(inputs) != 1:
@@ -162,6 +164,27 @@ def _tabular(predictor: Predictor, settings: ModelSettings) -> Predictor:
     # One matrix in the model's column order: no columns to match by name.
     predictor.feature_columns = None
     return predictor
+
+
+def _match_columns(predictor: Predictor, names: list[str], source: str) -> None:
+    """The declared columns are the model's: its own feature names, or names given for its positions.
+
+    A model trained on a bare matrix carries its library's placeholder names (LightGBM's
+    ``Column_0``..., XGBoost's none): the declared names then stand for its columns in order.
+
+    Raises:
+        FailedPreconditionError: The model names its features, and otherwise.
+    """
+    own = list(predictor.model_columns or [])
+    placeholders = [f"Column_{i}" for i in range(len(names))]
+    if not own or own == names:
+        return
+    if own == placeholders and hasattr(predictor, "_model_columns"):
+        predictor._model_columns = names  # type: ignore[attr-defined]
+        return
+    raise FailedPreconditionError(
+        f"{source}: inputs {', '.join(names)} are not the model's features ({', '.join(map(str, own))})"
+    )
 
 
 def _width(predictor: Any) -> int:
