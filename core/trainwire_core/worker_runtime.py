@@ -63,3 +63,16 @@ def worker_actor_class() -> type:
             "pip install trainwire-worker on every Ray node"
         )
     return next(iter(found)).load()
+
+
+def free_port() -> int:
+    """A TCP port free on this host now: what a framework's rendezvous listens on.
+
+    The worker actor offers it as ``worker.free_port()`` to the functions the coordinator's
+    backends run on it; it needs nothing of the actor.
+    """
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("", 0))
+        return s.getsockname()[1]

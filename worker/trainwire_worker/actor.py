@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import socket
 import tempfile
 import threading
 import traceback
@@ -16,7 +15,7 @@ from trainwire.config import SyncConfig
 from trainwire.train.context import set_session
 from trainwire_core.storage import Store
 from trainwire_core.v1 import common_pb2, coordinator_pb2, worker_reports_pb2
-from trainwire_core.worker_runtime import WorkerRun
+from trainwire_core.worker_runtime import WorkerRun, free_port
 from trainwire_worker.artifacts import ArtifactSyncer
 from trainwire_worker.backends import get_backend
 from trainwire_worker.log_capture import LogCapture, worker_shipper
@@ -47,6 +46,9 @@ class TrainWorker:
     def __init__(self) -> None:
         # Backends keep per-process state here (process groups, trackers).
         self.state: dict[str, Any] = {}
+        # A plain function, not an actor method: a backend's set-up calls it without coming back
+        # through the actor (Ray wraps each method of an actor class).
+        self.free_port: Callable[[], int] = free_port
         # The log shipper starts while the group is being set up, not in the first run.
         threading.Thread(target=worker_shipper, name="trainwire-log-shipper", daemon=True).start()
 
@@ -55,11 +57,6 @@ class TrainWorker:
         import ray
 
         return ray.get_runtime_context().get_node_id(), ray.util.get_node_ip_address(), os.getpid()
-
-    def free_port(self) -> int:
-        with socket.socket() as s:
-            s.bind(("", 0))
-            return s.getsockname()[1]
 
     def execute(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Runs ``fn(self, *args, **kwargs)`` here: how backends set a worker up."""
