@@ -24,12 +24,16 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from trainwire.huggingface.checkpoint import ADAPTER_BASE_FILE
 from trainwire_core.errors import FailedPreconditionError, ResourceExhaustedError
+from trainwire_predictor.generative.lazy import LazyModule
+
+if TYPE_CHECKING:
+    import torch
+else:
+    torch = LazyModule("torch")  # loaded with the first generative model, not with the server
 
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"

@@ -10,16 +10,20 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from trainwire_core.errors import FailedPreconditionError, InvalidArgumentError
+from trainwire_predictor.generative.lazy import LazyModule
 from trainwire_predictor.generative.service import language_model, max_context
 from trainwire_predictor.inference import InferenceRequest
 from trainwire_predictor.models import LoadedModel
 from trainwire_predictor.routing import Router
 from trainwire_predictor.statistics import Recorder, Timing, now_ns
+
+if TYPE_CHECKING:
+    import torch
+else:
+    torch = LazyModule("torch")  # loaded with the first generative model, not with the server
 
 # The most inputs in one request (OpenAI's own limit).
 MAX_INPUTS = 2048

@@ -25,12 +25,16 @@ import threading
 import time
 from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from trainwire_core.errors import ResourceExhaustedError
 from trainwire_predictor.generative.grammar import Constraint, grammar_tokenizer
+from trainwire_predictor.generative.lazy import LazyModule
+
+if TYPE_CHECKING:
+    import torch
+else:
+    torch = LazyModule("torch")  # loaded with the first generative model, not with the server
 
 logger = logging.getLogger(__name__)
 

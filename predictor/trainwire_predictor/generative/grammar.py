@@ -11,12 +11,17 @@ from __future__ import annotations
 import json
 import threading
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 
 from trainwire_core.errors import FailedPreconditionError, InvalidArgumentError
+from trainwire_predictor.generative.lazy import LazyModule
+
+if TYPE_CHECKING:
+    import torch
+else:
+    torch = LazyModule("torch")  # loaded with the first generative model, not with the server
 
 # JSON without free whitespace: a model cannot pad the answer with blanks until max_tokens runs out
 # (vLLM's guided decoding compacts JSON the same way).
