@@ -20,7 +20,7 @@ os.environ.setdefault("RAY_DEDUP_LOGS", "0")
 pytest_plugins = ["serving_fixtures"]
 
 # A test that uses one of these fixtures (itself or through another) starts Ray or a service.
-INTEGRATION_FIXTURES = frozenset({"ray_cluster", "redis_url", "predictor", "rest_predictor"})
+INTEGRATION_FIXTURES = frozenset({"ray_cluster", "redis_url", "mlflow_uri", "predictor", "rest_predictor"})
 # Folders whose tests start Ray or services themselves.
 INTEGRATION_FOLDERS = frozenset({"integration", "e2e"})
 

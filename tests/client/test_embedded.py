@@ -11,7 +11,7 @@ import pytest
 
 from trainwire_core.v1 import common_pb2
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.timeout(180), pytest.mark.integration]  # it starts embedded Ray clusters
 
 SCRIPT = textwrap.dedent(
     """

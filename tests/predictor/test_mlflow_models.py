@@ -23,6 +23,10 @@ from mlflow_server import mlflow_server
 REFRESH_S = 0.5
 
 
+# A predictor serving an MLflow registry starts per module.
+pytestmark = pytest.mark.integration
+
+
 def post(url: str, body: bytes, content_type: str = "application/json") -> tuple[int, Any]:
     request = urllib.request.Request(url, body, {"content-type": content_type}, method="POST")
     try:
