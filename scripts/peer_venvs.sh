@@ -36,8 +36,8 @@ kserve() {
     if [ ! -x "$venv/bin/python" ]; then
         "$python" -m venv "$venv"
     fi
-    # KServe's REST and gRPC clients (tests/predictor/test_kserve_client.py) and schemathesis over
-    # the Open Inference Protocol's OpenAPI document (tests/predictor/test_oip_schema.py): both pin
+    # KServe's REST and gRPC clients (tests/integration/test_kserve_client.py) and schemathesis over
+    # the Open Inference Protocol's OpenAPI document (tests/predictor/test_rest_oip_schema.py): both pin
     # their own protobuf, grpcio and pydantic, and agree with each other.
     "$venv/bin/pip" install --quiet -c "$(dirname "$0")/peers/kserve.txt" kserve schemathesis
     "$venv/bin/pip" list 2>/dev/null | grep -E '^(kserve|schemathesis) '

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import commit_checkpoint
+from serving_fixtures import commit_checkpoint
 
 from trainwire_core.storage import Store
 
