@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PACKAGES := core client coordinator worker predictor console
 
-.PHONY: setup demo test lint docs protos redis-server iproute2 chromium twin-up twin-down deploy-check ray-examples ray-surface
+.PHONY: setup demo test unit lint docs protos redis-server iproute2 chromium twin-up twin-down deploy-check ray-examples ray-surface
 
 $(STAMP): requirements.txt constraints.txt $(addsuffix /pyproject.toml,$(PACKAGES))
 	python3 -m venv $(VENV)
@@ -58,7 +58,7 @@ $(LM_EVAL_STAMP): scripts/peer_venvs.sh scripts/peers/lm-eval.txt
 	scripts/peer_venvs.sh lm-eval
 	touch $@
 
-# KServe's Python clients and schemathesis (tests/predictor/test_kserve_client.py, test_oip_schema.py).
+# KServe's Python clients and schemathesis (tests/integration/test_kserve_client.py, tests/predictor/test_rest_oip_schema.py).
 KSERVE_PY := $(HOME)/.cache/trainwire/venvs/kserve/bin/python
 KSERVE_STAMP := $(HOME)/.cache/trainwire/venvs/kserve/.installed
 $(KSERVE_STAMP): scripts/peer_venvs.sh scripts/peers/kserve.txt
@@ -67,6 +67,10 @@ $(KSERVE_STAMP): scripts/peer_venvs.sh scripts/peers/kserve.txt
 
 test: setup redis-server iproute2 chromium $(LM_EVAL_STAMP) $(KSERVE_STAMP)
 	LM_EVAL_PYTHON=$(LM_EVAL_PY) KSERVE_PYTHON=$(KSERVE_PY) $(PY) -m pytest -q
+
+# The pure unit tests only (no Ray, Redis, MLflow or predictor processes): tests/conftest.py marks the rest.
+unit: setup
+	$(PY) -m pytest -q -m "not integration"
 
 # ruff, and the import contract (.importlinter): services -> SDK -> core, never sideways or back.
 lint: setup
