@@ -140,7 +140,10 @@ def describe_source(ray_src: Path, scripts: list[Script], installed_commit: str)
         if not other and len(known) == len(doc):
             return "at the installed Ray's commit"
         commits = len({s.commit for s in other})
-        text = f"{len(other)} of them from {commits} other commits of Ray's repository, each named in its row"
+        text = (
+            f"{len(other)} of them taken at other commits of Ray's repository ({commits} in all), each named"
+            " in its row: the installed Ray's own were not to be had"
+        )
         if len(known) < len(doc):
             text += f"; {len(doc) - len(known)} of unknown commit"
         return text
@@ -250,9 +253,14 @@ def last_exception(output: str, fallback: bool = True) -> str:
     if not found and fallback:
         tail = [line.strip() for line in lines if line.strip()]
         found = tail[-1] if tail else "(no output)"
-    # Paths of this machine say nothing about the script: the table names the package, not where it lies.
-    found = re.sub(r"/\S*?/site-packages/", "site-packages/", found)
-    return found[:240]
+    return portable(found)[:240]
+
+
+def portable(text: str) -> str:
+    """A reason without this machine's paths: the table names the package or file, not where it lies."""
+    text = re.sub(r"/\S*?/site-packages/", "site-packages/", text)
+    text = text.replace(str(REPO) + "/", "")
+    return re.sub(r"/\S*?/ray-src/(?=doc/)", "", text)  # the doc_code cache: the repository's own path
 
 
 def child_env(mode: str, home: Path, data_dir: Path, script_dir: Path | None = None) -> dict[str, str]:
@@ -382,9 +390,9 @@ def render_table(scripts: list[Script], results: dict[str, dict[str, dict]], sou
         kind["trainwire_only"] += ray_res != "pass" and tw_res == "pass"
         reasons = []
         if ray_outcome and ray_outcome.get("reason"):
-            reasons.append(f"Ray: {ray_outcome['reason']}")
+            reasons.append(f"Ray: {portable(ray_outcome['reason'])}")
         if tw_outcome and tw_outcome.get("reason"):
-            reasons.append(f"trainwire: {tw_outcome['reason']}")
+            reasons.append(f"trainwire: {portable(tw_outcome['reason'])}")
         reason = "<br>".join(r.replace("|", "\\|").replace("`", "'") for r in reasons)
         args = " ".join(script.args)
         if script.commit and script.commit != commit:
@@ -408,8 +416,10 @@ def render_table(scripts: list[Script], results: dict[str, dict[str, dict]], sou
         "each run once under Ray itself and once under trainwire with only its imports rewritten",
         "(`ray.train`, `ray.tune`, `ray.air` -> `trainwire.*`; `ray.init` / `ray.shutdown` ->",
         "`trainwire.init` / `trainwire.shutdown`; `ray.data`, `ray.remote`, ... stay Ray's).",
-        "Downloads are replaced by local data of the same shape (torchvision and Keras datasets,",
-        "`s3://anonymous@air-example-data/...` files); scripts that take `--smoke-test` get it in both runs.",
+        "Downloads are replaced by local data of the same shape (torchvision and Keras datasets, the files",
+        "of Ray's `air-example-data` and `ray-example-data` buckets, read by Ray Data or pandas); scripts",
+        "that take `--smoke-test` get it in both runs. A script's own folder comes last on `sys.path`, so a",
+        "sibling file named like a library (doc_code's `torchmetrics.py`) hides nothing.",
         "Each runs as its own process from a fresh directory, on the 2-core reference machine, with a",
         f"time limit ({timeout_s:.0f} s unless the row says otherwise). Ray commit: `{commit}`.",
         "Times are wall-clock on a machine shared with other runs (other Ray instances too): a timeout",

@@ -116,9 +116,21 @@ def test_doc_code_rows_name_the_commit_their_file_came_from(tmp_path):
     row_a = next(line for line in page.splitlines() if "/a.py`" in line)
     row_b = next(line for line in page.splitlines() if "/b.py`" in line)
     assert f"(commit `{other[:10]}`)" in row_a and "commit" not in row_b  # only a file not at Ray's own
-    assert "1 of them from 1 other commits" in page
+    assert "1 of them taken at other commits" in page
     # The row still parses back (the sample reads the table), its name unchanged.
     assert set(runner.parse_table(page)) == {s.name for s in docs}
+
+
+def test_reasons_name_packages_and_files_not_this_machines_paths():
+    reason = (
+        f"ImportError: cannot import name 'X' from 'trainwire.huggingface' ({runner.REPO}/client/trainwire/h.py)"
+        " in /home/u/.cache/trainwire/ray-src/doc/source/train/doc_code/a.py"
+        " at /opt/venv/lib/python3.11/site-packages/ray/train/b.py"
+    )
+    assert runner.portable(reason) == (
+        "ImportError: cannot import name 'X' from 'trainwire.huggingface' (client/trainwire/h.py)"
+        " in doc/source/train/doc_code/a.py at site-packages/ray/train/b.py"
+    )
 
 
 def test_example_bucket_paths_map_to_local_copies_and_nothing_else(tmp_path):
