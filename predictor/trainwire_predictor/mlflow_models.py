@@ -14,10 +14,18 @@ versions, aliases and their refresh work as for trainwire's checkpoints.
 
 Each flavor loads with its own library, and only from files that are data: XGBoost's model file,
 LightGBM's text booster, scikit-learn's ``skops`` file (skops' own list of trusted types, never the
-model's), a ``torch.export`` archive without pickles. A pickle (scikit-learn's ``pickle`` and
-``cloudpickle`` formats, LightGBM's scikit-learn models, ``torch.save``) is loaded only where the
-operator trusts the registry's pickles (``mlflow_trust_pickles``); a ``python_function`` model
-(``mlflow.pyfunc``: the model's own code) only where it trusts its code (``mlflow_trust_code``).
+model's), a ``torch.export`` archive without pickles, a ``transformers`` pipeline's safetensors
+weights with its tokenizer's files (transformers' own classes, never the model's code). A pickle
+(scikit-learn's ``pickle`` and ``cloudpickle`` formats, LightGBM's scikit-learn models,
+``torch.save``) is loaded only where the operator trusts the registry's pickles
+(``mlflow_trust_pickles``); a ``python_function`` model (``mlflow.pyfunc``: the model's own code)
+only where it trusts its code (``mlflow_trust_code``).
+
+A ``transformers`` model answers as ``mlflow.pyfunc.load_model(...).predict`` does: the pipeline
+built here runs under MLflow's own pyfunc wrapper (its input conversion, inference config, prompt
+template and output shaping), so only the loading differs: weights, configuration and
+tokenizer through transformers' ``from_pretrained`` on the model's files, with no remote code
+and no hub download.
 """
 
 from __future__ import annotations
@@ -46,6 +54,20 @@ logger = logging.getLogger(__name__)
 PREFIX = "mlflow:"
 # The platform ModelMetadata reports for a python_function model (no trainwire framework).
 PYFUNC_PLATFORM = "mlflow_pyfunc"
+# ... and for an MLflow transformers pipeline.
+TRANSFORMERS_PLATFORM = "mlflow_transformers"
+# What MLflow's pyfunc answers per pipeline task (a column per output); other tasks: one text column.
+_TASK_OUTPUTS = {
+    "text-classification": [("label", "BYTES"), ("score", "FP64")],
+    "sentiment-analysis": [("label", "BYTES"), ("score", "FP64")],
+}
+# A transformers flavor's components -> the Auto class a component of custom code would need.
+_COMPONENT_AUTO_CLASSES = {
+    "tokenizer": "AutoTokenizer",
+    "feature_extractor": "AutoFeatureExtractor",
+    "image_processor": "AutoImageProcessor",
+    "processor": "AutoProcessor",
+}
 # XGBoost's scikit-learn classes a model file may name (constructed here, then given the file: data only).
 _XGB_CLASSES = {
     "xgboost.core.Booster",
@@ -239,7 +261,7 @@ def load_directory(directory: pathlib.Path, trust_pickles: bool, trust_code: boo
         raise NotFoundError(f"{directory} is not an MLflow model directory (no MLmodel file)", field="model_name")
     mlmodel = yaml.safe_load(mlmodel_path.read_text()) or {}
     flavors: dict[str, Any] = mlmodel.get("flavors") or {}
-    framework, predictor = _load_flavor(directory, flavors, trust_pickles, trust_code)
+    framework, predictor = _load_flavor(directory, flavors, trust_pickles, trust_code, mlmodel)
     predictor.signature_specs = signature_specs(mlmodel.get("signature"))  # type: ignore[attr-defined]
     return framework, predictor
 
@@ -252,7 +274,11 @@ def _refuse(kind: str, directory: pathlib.Path, setting: str) -> FailedPrecondit
 
 
 def _load_flavor(
-    directory: pathlib.Path, flavors: dict[str, Any], trust_pickles: bool, trust_code: bool
+    directory: pathlib.Path,
+    flavors: dict[str, Any],
+    trust_pickles: bool,
+    trust_code: bool,
+    mlmodel: dict[str, Any] | None = None,
 ) -> tuple[str, Predictor]:
     if "xgboost" in flavors:
         return "xgboost", _xgboost(directory, flavors["xgboost"])
@@ -272,6 +298,8 @@ def _load_flavor(
         )
     if "pytorch" in flavors:
         return "torch", _pytorch(directory, flavors["pytorch"], trust_pickles)
+    if "transformers" in flavors:
+        return TRANSFORMERS_PLATFORM, _transformers(directory, mlmodel or {}, trust_pickles, trust_code)
     if "python_function" in flavors:
         if not trust_code:
             raise _refuse("a python_function model (its own code)", directory, "TRAINWIRE_PREDICTOR_MLFLOW_TRUST_CODE")
@@ -280,7 +308,7 @@ def _load_flavor(
         return PYFUNC_PLATFORM, PyfuncPredictor(mlflow.pyfunc.load_model(str(directory)))
     raise FailedPreconditionError(
         f"the MLflow model at {directory} has flavors {', '.join(flavors) or 'none'}; the predictor serves "
-        "xgboost, lightgbm, sklearn, pytorch and (trusted) python_function models"
+        "xgboost, lightgbm, sklearn, pytorch, transformers and (trusted) python_function models"
     )
 
 
@@ -343,6 +371,129 @@ def _pytorch(directory: pathlib.Path, conf: dict[str, Any], trust_pickles: bool)
     if not trust_pickles:
         raise _refuse("a torch.save pickle", directory, "TRAINWIRE_PREDICTOR_MLFLOW_TRUST_PICKLES")
     return TorchModulePredictor(torch.load(str(data / "model.pth"), weights_only=False))
+
+
+def _transformers(directory: pathlib.Path, mlmodel: dict[str, Any], trust_pickles: bool, trust_code: bool) -> Predictor:
+    """A ``mlflow.transformers`` pipeline, loaded with transformers' own classes from the model's files."""
+    import transformers
+
+    conf = mlmodel["flavors"]["transformers"]
+    if "model_binary" not in conf:
+        # save_pretrained=False: only a hub repository and revision were recorded.
+        raise FailedPreconditionError(
+            f"the MLflow transformers model at {directory} holds no weights (saved with save_pretrained=False, "
+            "a hub reference); the predictor serves the weights a model carries, without hub downloads"
+        )
+    if conf.get("model_local_base") or conf.get("peft_adapter"):
+        raise FailedPreconditionError(
+            f"the MLflow transformers model at {directory} is a PEFT adapter; serve it merged, or as a trainwire "
+            "adapter run on its base (docs/serving/generative.md)"
+        )
+    custom = bool(conf.get("code")) or not _transformers_class(conf.get("pipeline_model_type", ""))
+    if custom and not trust_code:
+        raise _refuse(
+            f"a transformers model of its own code ({conf.get('pipeline_model_type')})",
+            directory,
+            "TRAINWIRE_PREDICTOR_MLFLOW_TRUST_CODE",
+        )
+    model_path = directory / conf["model_binary"]
+    if not any(model_path.glob("*.safetensors")) and not trust_pickles:
+        raise _refuse(
+            "a transformers model whose weights are a torch pickle",
+            directory,
+            "TRAINWIRE_PREDICTOR_MLFLOW_TRUST_PICKLES",
+        )
+    options: dict[str, Any] = {"local_files_only": True, "trust_remote_code": custom and trust_code}
+    if not trust_pickles:
+        options["use_safetensors"] = True
+    dtype = conf.get("torch_dtype") or conf.get("dtype")
+    if isinstance(dtype, str) and dtype.startswith("torch."):
+        import torch
+
+        options["dtype"] = getattr(torch, dtype.removeprefix("torch."))
+    if custom:
+        model = transformers.AutoModel.from_pretrained(str(model_path), **options)
+    else:
+        model = _transformers_class(conf["pipeline_model_type"]).from_pretrained(str(model_path), **options)
+    components: dict[str, Any] = {}
+    names = list(conf.get("components") or []) + (["processor"] if "processor_type" in conf else [])
+    for name in names:
+        class_name = conf.get(f"{name}_type", "")
+        cls = _transformers_class(class_name)
+        own_code = cls is None
+        if own_code:
+            if not trust_code:
+                raise _refuse(
+                    f"a {name} of its own code ({class_name})", directory, "TRAINWIRE_PREDICTOR_MLFLOW_TRUST_CODE"
+                )
+            cls = getattr(transformers, _COMPONENT_AUTO_CLASSES[name])
+        path = directory / "components" / name
+        components[name] = cls.from_pretrained(str(path), local_files_only=True, trust_remote_code=own_code)
+    pipeline = transformers.pipeline(task=conf["task"], model=model, device=-1, **components)
+    predictor = TransformersPredictor(pipeline, _pyfunc_wrapper(directory, mlmodel, pipeline, conf))
+    specs = signature_specs(mlmodel.get("signature"))
+    inputs = specs[0] if specs else [TensorSpec("text", "BYTES", (-1,))]
+    outputs = _TASK_OUTPUTS.get(conf["task"], [("predictions", "BYTES")])
+    predictor.declared_specs = (inputs, [TensorSpec(name, datatype, (-1,)) for name, datatype in outputs])
+    predictor.feature_columns = [spec.name for spec in inputs]  # one 1-D BYTES tensor per text column
+    return predictor
+
+
+def _transformers_class(name: str) -> Any:
+    """transformers' own class of that name (None for a name it does not define: the model's code)."""
+    import transformers
+
+    cls = getattr(transformers, name, None) if name.isidentifier() else None
+    return cls if isinstance(cls, type) else None
+
+
+def _pyfunc_wrapper(directory: pathlib.Path, mlmodel: dict[str, Any], pipeline: Any, conf: dict[str, Any]) -> Any:
+    """MLflow's own pyfunc model around the pipeline: what ``mlflow.pyfunc.load_model`` would return."""
+    from mlflow.models import Model
+    from mlflow.pyfunc import PyFuncModel
+    from mlflow.transformers import _get_model_config, _TransformersWrapper
+
+    pyfunc_conf = (mlmodel.get("flavors") or {}).get("python_function") or {}
+    model_config = _get_model_config(directory / "components", pyfunc_conf.get("model_config"))
+    prompt_template = (mlmodel.get("metadata") or {}).get("prompt_template")
+    wrapper = _TransformersWrapper(pipeline, dict(conf), model_config, prompt_template)
+    return PyFuncModel(model_meta=Model.load(str(directory)), model_impl=wrapper)
+
+
+class TransformersPredictor(Predictor):
+    """An MLflow transformers pipeline: texts in (BYTES), the pipeline's answers out, as MLflow's pyfunc gives them.
+
+    Attributes:
+        pipeline: The ``transformers.Pipeline`` (a causal language model's also serves generation).
+        model: MLflow's pyfunc model around it.
+    """
+
+    framework = TRANSFORMERS_PLATFORM
+    input_datatype = "BYTES"
+    takes_frame = True
+    # The OIP tensors (the model repository takes them as they are): set by the loader.
+    declared_specs: tuple[list[TensorSpec], list[TensorSpec]] | None = None
+
+    def __init__(self, pipeline: Any, model: Any) -> None:
+        super().__init__()
+        self.pipeline = pipeline
+        self.model = model
+
+    def _predict_pandas(self, data: pd.DataFrame, **kwargs: Any) -> Any:
+        texts = data.apply(lambda col: col.map(lambda v: v.decode("utf-8") if isinstance(v, bytes) else v))
+        if texts.shape[1] == 1 and not _named_inputs(self.model):
+            # A signature without column names (a pipeline's usual one): the texts as MLflow's list input.
+            out = self.model.predict(texts.iloc[:, 0].tolist())
+        else:
+            out = self.model.predict(texts)
+        if isinstance(out, pd.DataFrame):
+            return out
+        return pd.DataFrame({"predictions": list(out)})
+
+
+def _named_inputs(model: Any) -> bool:
+    schema = model.metadata.get_input_schema()
+    return bool(schema is not None and schema.has_input_names())
 
 
 class TorchModulePredictor(Predictor):

@@ -244,3 +244,120 @@ def test_pytorch_export_archives_load_and_torch_save_pickles_do_not(tmp_path, mo
     mlflow.pytorch.save_model(module, str(tmp_path / "pickled"), serialization_format="pickle", pip_requirements=[])
     with pytest.raises(FailedPreconditionError, match="TRAINWIRE_PREDICTOR_MLFLOW_TRUST_PICKLES"):
         load_directory(tmp_path / "pickled", trust_pickles=False, trust_code=False)
+
+
+def _tiny_tokenizer() -> Any:
+    """A word-level tokenizer built in memory (no hub download)."""
+    import transformers
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    words = ["[UNK]", "[PAD]", "hello", "world", "the", "cat", "sat", "on", "mat", "a", "dog", "</s>"]
+    tokenizer = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="[UNK]"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    return transformers.PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer, unk_token="[UNK]", pad_token="[PAD]", eos_token="</s>"
+    )
+
+
+def _save_pipelines(root: pathlib.Path) -> dict[str, pathlib.Path]:
+    """A text-generation (GPT-2 shaped) and a text-classification (BERT shaped) pipeline, tiny, from configs."""
+    import mlflow.transformers
+    import torch
+    import transformers
+
+    torch.manual_seed(0)
+    tokenizer = _tiny_tokenizer()
+    vocab = len(tokenizer.get_vocab())
+    lm = transformers.GPT2LMHeadModel(
+        transformers.GPT2Config(
+            vocab_size=vocab,
+            n_embd=16,
+            n_layer=1,
+            n_head=2,
+            n_positions=64,
+            bos_token_id=11,
+            eos_token_id=11,
+            pad_token_id=1,
+        )
+    ).eval()
+    lm.generation_config.do_sample = False  # greedy: answers comparable call to call
+    lm.generation_config.max_new_tokens = 4
+    classifier = transformers.BertForSequenceClassification(
+        transformers.BertConfig(
+            vocab_size=vocab,
+            hidden_size=16,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            intermediate_size=32,
+            id2label={0: "neg", 1: "pos"},
+            label2id={"neg": 0, "pos": 1},
+        )
+    ).eval()
+    paths = {"gen": root / "gen", "cls": root / "cls"}
+    for (name, task), model in zip(
+        (("gen", "text-generation"), ("cls", "text-classification")), (lm, classifier), strict=True
+    ):
+        pipeline = transformers.pipeline(task, model=model, tokenizer=tokenizer)
+        mlflow.transformers.save_model(pipeline, str(paths[name]), pip_requirements=[])
+    return paths
+
+
+def test_transformers_pipelines_answer_as_mlflow_pyfunc_over_oip_and_invocations(tmp_path):
+    """Saved by mlflow.transformers, loaded from their safetensors and tokenizer files, texts in and out."""
+    import mlflow.pyfunc
+    from mlflow.pyfunc import scoring_server
+
+    from trainwire_core.errors import FailedPreconditionError
+    from trainwire_predictor.mlflow_models import TRANSFORMERS_PLATFORM, load_directory
+    from trainwire_predictor.server import PredictorThread
+    from trainwire_predictor.settings import PredictorSettings
+
+    paths = _save_pipelines(tmp_path)
+    texts = ["hello world", "the cat sat on a mat", "dog"]
+    thread = PredictorThread(
+        PredictorSettings(
+            port=0,
+            http_port=0,
+            store=str(tmp_path / "store"),
+            mlflow_models=json.dumps({name: str(path) for name, path in paths.items()}),
+        )
+    )
+    thread.start()
+    try:
+        http = f"http://{thread.server.http_address}"
+        for name, path in paths.items():
+            reference = mlflow.pyfunc.load_model(str(path))
+            expected = reference.predict(texts)
+            with urllib.request.urlopen(f"{http}/v2/models/{name}", timeout=60) as response:
+                metadata = json.loads(response.read())
+            assert metadata["platform"] == TRANSFORMERS_PLATFORM
+            [tensor] = metadata["inputs"]
+            assert tensor["datatype"] == "BYTES"
+            body = {"inputs": [{"name": tensor["name"], "datatype": "BYTES", "shape": [len(texts)], "data": texts}]}
+            status, doc = post(f"{http}/v2/models/{name}/infer", json.dumps(body).encode())
+            assert status == 200, doc
+            outputs = {out["name"]: out for out in doc["outputs"]}
+            if isinstance(expected, pd.DataFrame):  # text-classification: label and score columns
+                assert outputs["label"]["datatype"] == "BYTES"
+                assert outputs["label"]["data"] == expected["label"].tolist()
+                np.testing.assert_allclose(outputs["score"]["data"], expected["score"], rtol=1e-6)
+            else:  # text-generation: the generated texts
+                assert outputs["predictions"]["datatype"] == "BYTES"
+                assert outputs["predictions"]["data"] == list(expected)
+                assert len(set(expected)) == len(texts)  # a model that answers, not one fixed string
+            request = json.dumps({"inputs": texts})
+            theirs = scoring_server.invocations(
+                request, "application/json", reference, reference.metadata.get_input_schema()
+            )
+            assert theirs.status == 200, theirs.response
+            status, ours = post(f"{http}/models/{name}/invocations", request.encode())
+            assert status == 200, ours
+            assert ours == json.loads(theirs.response), name
+    finally:
+        thread.stop()
+
+    # A pipeline of the model's own code is refused unless the operator trusts the registry's code.
+    mlmodel = paths["gen"] / "MLmodel"
+    mlmodel.write_text(mlmodel.read_text().replace("pipeline_model_type: GPT2LMHeadModel", "pipeline_model_type: MyLM"))
+    with pytest.raises(FailedPreconditionError, match="TRAINWIRE_PREDICTOR_MLFLOW_TRUST_CODE"):
+        load_directory(paths["gen"], trust_pickles=False, trust_code=False)
