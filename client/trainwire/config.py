@@ -72,7 +72,8 @@ def is_search_domain(value: Any) -> bool:
     """A tune sampler or grid (ours, or Ray's ``{"grid_search": [...]}``), which a Tuner resolves per trial."""
     from trainwire.tune.search.sample import Domain, is_grid_marker  # trainwire.tune imports this module
 
-    return isinstance(value, Domain) or is_grid_marker(value)
+    # Only a dict naming "grid_search" can be a grid: a plain config value never needs the full check.
+    return isinstance(value, Domain) or (isinstance(value, dict) and "grid_search" in value and is_grid_marker(value))
 
 
 def _searched_fields(config: object, names: tuple[str, ...]) -> list[str]:

@@ -27,6 +27,7 @@ from trainwire.train import (
     ValidationConfig,
     ValidationTaskConfig,
 )
+from trainwire.train.session import check_report_arguments
 from trainwire_core.errors import InvalidArgumentError
 
 pytestmark = pytest.mark.timeout(240)
@@ -276,5 +277,8 @@ def test_v2_configs():
         ScalingConfig(num_workers=-1)
     run = RunConfig(storage_path="/tmp/results", name="v2")
     assert run.to_proto().storage_path == "/tmp/results"
-    assert CheckpointUploadMode("ASYNC")._default_delete_local_checkpoint_after_upload()
+    # As Ray: an ASYNC upload owns (deletes) the directory it was given, unless told otherwise.
+    assert check_report_arguments({}, None, None, "ASYNC", None, False, None) == (CheckpointUploadMode.ASYNC, True)
+    assert check_report_arguments({}, None, None, "SYNC", None, False, None) == (CheckpointUploadMode.SYNC, False)
+    assert check_report_arguments({}, None, None, "ASYNC", False, False, None)[1] is False
     assert train.get_all_reported_checkpoints.__name__ == "get_all_reported_checkpoints"

@@ -22,7 +22,6 @@ from trainwire.train.v2 import (
     CheckpointUploadMode,
     ValidationConfig,
     ValidationTaskConfig,
-    check_report_arguments,
 )
 from trainwire_core.errors import InvalidArgumentError
 
@@ -30,6 +29,46 @@ from trainwire_core.errors import InvalidArgumentError
 def checkpoint_id_for(report_index: int) -> str:
     """The directory name of a checkpoint reported without ``checkpoint_dir_name``."""
     return f"checkpoint_{report_index:06d}"
+
+
+def check_report_arguments(
+    metrics: Any,
+    checkpoint: Checkpoint | None,
+    checkpoint_dir_name: str | None,
+    checkpoint_upload_mode: CheckpointUploadMode | str,
+    delete_local_checkpoint_after_upload: bool | None,
+    validation: bool | ValidationTaskConfig,
+    validation_config: ValidationConfig | None,
+) -> tuple[CheckpointUploadMode, bool]:
+    """``train.report``'s arguments, checked alike on a worker and in local mode.
+
+    Returns:
+        The upload mode, and whether the local checkpoint is deleted once uploaded.
+
+    Raises:
+        InvalidArgumentError: An argument ``train.report`` cannot take (the field is named).
+    """
+    from trainwire_core.storage import is_path_component
+
+    if not isinstance(metrics, dict):
+        raise InvalidArgumentError(f"train.report metrics must be a dict, got {type(metrics).__name__}")
+    mode = CheckpointUploadMode(checkpoint_upload_mode)
+    if checkpoint_dir_name is not None and not is_path_component(checkpoint_dir_name):
+        raise InvalidArgumentError(
+            f"train.report checkpoint_dir_name must be one plain directory name, got {checkpoint_dir_name!r}",
+            field="checkpoint_dir_name",
+        )
+    if validation and checkpoint is None:
+        raise InvalidArgumentError("train.report: validation needs a checkpoint", field="validation")
+    if validation and validation_config is None:
+        raise InvalidArgumentError(
+            "train.report(validation=...) needs the trainer's validation_config=ValidationConfig(fn)",
+            field="validation",
+        )
+    if delete_local_checkpoint_after_upload is None:
+        # As Ray: an ASYNC upload owns the directory it was given.
+        delete_local_checkpoint_after_upload = mode is CheckpointUploadMode.ASYNC
+    return mode, delete_local_checkpoint_after_upload
 
 
 @dataclass

@@ -43,10 +43,6 @@ class CheckpointUploadMode(enum.Enum):
     ASYNC = "ASYNC"
     NO_UPLOAD = "NO_UPLOAD"
 
-    def _default_delete_local_checkpoint_after_upload(self) -> bool:
-        # As Ray: an ASYNC upload owns the directory it was given.
-        return self is CheckpointUploadMode.ASYNC
-
 
 class CheckpointConsistencyMode(enum.Enum):
     """What ``train.get_all_reported_checkpoints`` waits for.
@@ -311,45 +307,6 @@ class WorkerException(Exception):
         self.exc_type = error.exc_type
         self.message = error.message
         self.traceback = error.traceback
-
-
-def check_report_arguments(
-    metrics: Any,
-    checkpoint: Checkpoint | None,
-    checkpoint_dir_name: str | None,
-    checkpoint_upload_mode: CheckpointUploadMode | str,
-    delete_local_checkpoint_after_upload: bool | None,
-    validation: bool | ValidationTaskConfig,
-    validation_config: ValidationConfig | None,
-) -> tuple[CheckpointUploadMode, bool]:
-    """``train.report``'s arguments, checked alike on a worker and in local mode.
-
-    Returns:
-        The upload mode, and whether the local checkpoint is deleted once uploaded.
-
-    Raises:
-        InvalidArgumentError: An argument ``train.report`` cannot take (the field is named).
-    """
-    from trainwire_core.storage import is_path_component
-
-    if not isinstance(metrics, dict):
-        raise InvalidArgumentError(f"train.report metrics must be a dict, got {type(metrics).__name__}")
-    mode = CheckpointUploadMode(checkpoint_upload_mode)
-    if checkpoint_dir_name is not None and not is_path_component(checkpoint_dir_name):
-        raise InvalidArgumentError(
-            f"train.report checkpoint_dir_name must be one plain directory name, got {checkpoint_dir_name!r}",
-            field="checkpoint_dir_name",
-        )
-    if validation and checkpoint is None:
-        raise InvalidArgumentError("train.report: validation needs a checkpoint", field="validation")
-    if validation and validation_config is None:
-        raise InvalidArgumentError(
-            "train.report(validation=...) needs the trainer's validation_config=ValidationConfig(fn)",
-            field="validation",
-        )
-    if delete_local_checkpoint_after_upload is None:
-        delete_local_checkpoint_after_upload = mode._default_delete_local_checkpoint_after_upload()
-    return mode, delete_local_checkpoint_after_upload
 
 
 # Ray's module paths under ``ray.train.v2``, loaded when first named.
