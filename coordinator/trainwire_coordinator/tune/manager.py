@@ -49,7 +49,15 @@ class TuneManager:
         self.runs, self.metadata = runs, metadata
         self.drivers: dict[str, TuneDriver] = {}
         self.by_run: dict[str, TuneDriver] = {}
-        runs.events.observers.append(self._on_event)
+
+    def _follow_events(self, follow: bool = True) -> None:
+        # The run event log tells this manager of its trials' events only while a search runs:
+        # a plain fit's events never come here.
+        observers = self.runs.events.observers
+        if follow and self._on_event not in observers:
+            observers.append(self._on_event)
+        elif not follow and self._on_event in observers:
+            observers.remove(self._on_event)
 
     def _on_event(self, event: coordinator_pb2.RunEvent) -> None:
         driver = self.by_run.get(event.run_id)
@@ -99,6 +107,7 @@ class TuneManager:
         return tune
 
     def _launch(self, driver: TuneDriver) -> None:
+        self._follow_events()
         self.drivers[driver.tune.tune_id] = driver
         driver.task = asyncio.get_running_loop().create_task(driver.main(), name=f"tune-{driver.tune.tune_id}")
         driver.task.add_done_callback(lambda _: self._forget(driver))
@@ -109,6 +118,8 @@ class TuneManager:
         self.drivers.pop(driver.tune.tune_id, None)
         for trial in driver.tune.trials:
             self.by_run.pop(trial.run_id, None)
+        if not self.drivers and not self.by_run:
+            self._follow_events(False)
 
     def get_tune(self, tune_id: str) -> tune_pb2.TuneRun:
         """The search by id, else the newest one of that name."""
@@ -255,6 +266,7 @@ class TuneManager:
         """Brings a trial's record up to date from its run: the scheduler and searcher see its reports again."""
         if not trial.run_id:
             return
+        self._follow_events()
         self.by_run[trial.run_id] = driver
         reports = trial.num_reports
         trial.num_reports = 0
