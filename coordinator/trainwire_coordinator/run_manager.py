@@ -36,8 +36,7 @@ from trainwire_coordinator.execution.controller import (
     ReportEndpoint,
     RunController,
 )
-from trainwire_coordinator.execution.failure_policy import FailurePolicy
-from trainwire_coordinator.execution.run_state import ACTIVE, TERMINAL
+from trainwire_coordinator.execution.run_state import ACTIVE, TERMINAL, FailurePolicy
 from trainwire_coordinator.execution.worker_pool import WorkerPool
 from trainwire_coordinator.metadata import MetadataStore, RunRecord
 from trainwire_coordinator.metrics import CoordinatorMetrics

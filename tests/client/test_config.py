@@ -6,7 +6,7 @@ import pytest
 
 from trainwire import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
 from trainwire_coordinator.execution.checkpoint_manager import CheckpointManager
-from trainwire_coordinator.execution.failure_policy import FailurePolicy
+from trainwire_coordinator.execution.run_state import FailurePolicy
 from trainwire_core.errors import InvalidArgumentError
 from trainwire_core.storage import ManifestEntry, Store
 from trainwire_core.structs import flatten_metrics

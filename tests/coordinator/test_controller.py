@@ -31,9 +31,8 @@ from trainwire_coordinator.execution.controller_states import (
     Starting,
     Succeeded,
 )
-from trainwire_coordinator.execution.failure_policy import FailurePolicy
 from trainwire_coordinator.execution.placement import PlacementPlan
-from trainwire_coordinator.execution.run_state import RESIZE_AFTER_LOSS_S, TRANSITIONS
+from trainwire_coordinator.execution.run_state import RESIZE_AFTER_LOSS_S, TRANSITIONS, FailurePolicy
 from trainwire_core.storage import Store
 from trainwire_core.structs import metrics_to_struct
 from trainwire_core.v1 import common_pb2, coordinator_pb2, worker_reports_pb2

@@ -19,7 +19,6 @@ from trainwire_coordinator.execution.controller_states import (
     Succeeded,
     Suspended,
 )
-from trainwire_coordinator.execution.failure_policy import FailurePolicy
 from trainwire_coordinator.execution.run_state import (
     ACTIVE,
     CANCELLED,
@@ -33,6 +32,7 @@ from trainwire_coordinator.execution.run_state import (
     TERMINAL,
     TRANSITIONS,
     AttemptOutcome,
+    FailurePolicy,
     IllegalTransitionError,
     LossMemory,
     ScalingPolicy,

@@ -44,10 +44,10 @@ from trainwire_coordinator.execution.controller_states import (
     Starting,
 )
 from trainwire_coordinator.execution.datasets import RunDatasets, report_if_slow
-from trainwire_coordinator.execution.failure_policy import FailurePolicy
 from trainwire_coordinator.execution.run_state import (
     TERMINAL,
     AttemptOutcome,
+    FailurePolicy,
     LossMemory,
     Signals,
     after_attempt,
@@ -248,11 +248,12 @@ class RunController:
         self.callbacks = ControllerCallbacks(callbacks)
         self.policy = policy
         self.checkpoints = checkpoints
-        self.data: RunData = (
-            data
-            if data is not None
-            else RunDatasets(admitted, checkpoints, materialize_below_bytes=self.settings.materialize_below_bytes)
-        )
+        if data is None and (
+            admitted.datasets or admitted.request.pickled_preprocessor or admitted.request.HasField("preprocessor")
+        ):
+            data = RunDatasets(admitted, checkpoints, materialize_below_bytes=self.settings.materialize_below_bytes)
+        # None: a run with neither datasets nor a preprocessor (most loops) has nothing to fit or shard.
+        self.data: RunData | None = data
         self.task: asyncio.Task | None = None
         self.scaling = self.plan.scaling_policy()
         self.signals = Signals()
@@ -432,7 +433,7 @@ class RunController:
         """Runs one worker group to its end; returns the first worker error, if any."""
         self._pending.clear()
         try:
-            if self.data.preprocessor_unfitted():
+            if self.data is not None and self.data.preprocessor_unfitted():
                 # Before the reservation, as Ray Train's driver does: the fit's Ray Data tasks
                 # need CPUs that the run's placement group (or idle warm groups) would hold.
                 self.runtime.pool.evict_all()
@@ -457,13 +458,16 @@ class RunController:
             await self.backend.on_start(group, self.request)  # type: ignore[arg-type]
             await self.backend.on_training_start(group, self.request)  # type: ignore[arg-type]
             world_size, datasets = len(group), tuple(self.datasets)
-            shards = await report_if_slow(
-                asyncio.to_thread(self.data.shards, world_size, reservation, self.backend.uses_ray_data),
-                self.settings.pending_reason_after_s,
-                # A run never waits silently: a slow read or split says what it waits for.
-                lambda: self._transition(PreparingShards(world_size, datasets, self.runtime.placement.available())),
-                self._interrupt,
-            )
+            if self.data is None:
+                shards: list[dict[str, Any]] | None = [{} for _ in range(world_size)]
+            else:
+                shards = await report_if_slow(
+                    asyncio.to_thread(self.data.shards, world_size, reservation, self.backend.uses_ray_data),
+                    self.settings.pending_reason_after_s,
+                    # A run never waits silently: a slow read or split says what it waits for.
+                    lambda: self._transition(PreparingShards(world_size, datasets, self.runtime.placement.available())),
+                    self._interrupt,
+                )
             if shards is None:
                 return None  # cancelled while the datasets were read
             await self._transition(Running(len(group)))

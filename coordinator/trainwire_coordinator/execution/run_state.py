@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from trainwire_coordinator.execution.controller_states import (
     Cancelled,
@@ -26,6 +26,9 @@ from trainwire_coordinator.execution.controller_states import (
     Suspended,
 )
 from trainwire_core.v1 import common_pb2
+
+if TYPE_CHECKING:
+    from trainwire.config import FailureConfig
 
 PENDING, STARTING, RUNNING, RESTARTING = (
     common_pb2.PENDING,
@@ -82,6 +85,19 @@ class FailurePolicyLike(Protocol):
     """What ``after_attempt`` needs of a failure policy."""
 
     def should_restart(self, num_failures: int, error: common_pb2.WorkerError) -> bool: ...
+
+
+class FailurePolicy:
+    """Ray Train's rule, injected into the controller: restart up to ``max_failures`` times (-1: always)."""
+
+    def __init__(self, config: FailureConfig) -> None:
+        self.config = config
+
+    def should_restart(self, num_failures: int, error: common_pb2.WorkerError) -> bool:
+        """Whether a group that failed ``num_failures`` times so far starts again."""
+        if self.config.fail_fast:
+            return False
+        return self.config.max_failures < 0 or num_failures <= self.config.max_failures
 
 
 def after_attempt(outcome: AttemptOutcome, num_failures: int, failure_policy: FailurePolicyLike) -> ControllerState:
