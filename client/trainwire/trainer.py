@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import sys
 import threading
@@ -183,35 +184,46 @@ class BaseTrainer:
             return run_local(self)
         client = get_client()
         callbacks = self._callbacks()
+        user = [c for c in callbacks if isinstance(c, UserCallback)]
         run = client.fit(self.build_request(client))
-        dispatch(callbacks, "on_run_start", run, self._tracked_config())
+        # A fit with no callbacks (or verbose=0: no progress display) never enters their modules.
+        if callbacks:
+            dispatch(callbacks, "on_run_start", run, self._tracked_config())
         history: list[dict[str, Any]] = []
         logs = WorkerOutput(client, run.run_id) if session_settings["log_to_driver"] else None
-        with RunProgress(run.name, self._total_iterations(), enabled=bool(self.run_config.verbose)) as progress:
+        progress = RunProgress(run.name, self._total_iterations()) if self.run_config.verbose else None
+        with progress or contextlib.nullcontext():
             for event in client.watch_run(run.run_id):
                 kind = event.WhichOneof("kind")
                 if kind == "metrics":
                     metrics = struct_to_dict(event.metrics.metrics)
                     history.append(metrics)
-                    progress.metrics(metrics)
-                    dispatch(callbacks, "on_metrics", run, metrics)
-                    user = [c for c in callbacks if isinstance(c, UserCallback)]
-                    dispatch(user, "_on_report", run, event.metrics.report_index, metrics)
+                    if progress is not None:
+                        progress.metrics(metrics)
+                    if callbacks:
+                        dispatch(callbacks, "on_metrics", run, metrics)
+                    if user:
+                        dispatch(user, "_on_report", run, event.metrics.report_index, metrics)
                 elif kind == "checkpoint":
-                    dispatch(callbacks, "on_checkpoint", run, event.checkpoint)
+                    if callbacks:
+                        dispatch(callbacks, "on_checkpoint", run, event.checkpoint)
                 elif kind == "worker_error":
-                    dispatch(callbacks, "on_worker_error", run, event.worker_error)
+                    if callbacks:
+                        dispatch(callbacks, "on_worker_error", run, event.worker_error)
                 elif kind == "state_change":
                     state = common_pb2.RunState.Name(event.state_change.state)
-                    progress.state(state, event.state_change.reason)
-                    dispatch(callbacks, "on_state", run, state, event.state_change.reason)
+                    if progress is not None:
+                        progress.state(state, event.state_change.reason)
+                    if callbacks:
+                        dispatch(callbacks, "on_state", run, state, event.state_change.reason)
                     if event.state_change.state in TERMINAL_STATES:
                         break
         if logs is not None:
             logs.join()
         run = client.get_run(run.run_id)
         result = Result.from_run(run, history, self.checkpoint_cls)
-        dispatch(callbacks, "on_run_end", run, result)
+        if callbacks:
+            dispatch(callbacks, "on_run_end", run, result)
         if run.state != common_pb2.SUCCEEDED:
             detail = str(result.error) if result.error else run.state_reason
             raise failed_run_error(f"run {run.name!r} ({run.run_id}) ended {result.state}: {detail}", result)
