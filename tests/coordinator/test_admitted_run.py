@@ -91,7 +91,13 @@ def test_a_fit_derives_its_placement_plan_once(runs, monkeypatch):
     assert admitted.store is runs.store and run.path == runs.store.uri_of(runs.store.run_dir(run.run_id))
     # The controller and its datasets hold the run's own copy of the request.
     assert admitted.request is controller.run.request
-    assert isinstance(controller.data, RunDatasets) and controller.data.request is admitted.request
+    # Neither datasets nor a preprocessor: nothing to fit or shard, so no RunDatasets is built.
+    assert controller.data is None
+    with_preprocessor = _request(num_workers=3, trainer_resources={"CPU": 1.0})
+    with_preprocessor.pickled_preprocessor = b"not unpickled before the run starts"
+    asyncio.run(runs.fit(with_preprocessor))
+    data = runs.launched[-1].data
+    assert isinstance(data, RunDatasets) and data.request is runs.launched[-1].admitted.request
     # The plan is a copy: nothing done to it reaches the recorded request.
     admitted.plan.scaling.num_workers = 9
     assert controller.run.request.scaling_config.num_workers == 3
