@@ -345,21 +345,22 @@ def cells(args: argparse.Namespace) -> list[dict[str, Any]]:
     return out
 
 
-def measure(
-    workdir: Path, server_name: str, todo: list[dict[str, Any]], args: argparse.Namespace, hf: dict[str, Path]
-) -> dict[tuple, dict]:
-    """Runs ``todo`` on one server kind, one server per (size, lora) group; returns cell -> figures."""
-    results: dict[tuple, dict] = {}
+def measure(workdir: Path, todo: list[dict[str, Any]], args: argparse.Namespace, hf: dict[str, Path]) -> dict:
+    """Runs ``todo``: per model (size, adapters or not), trainwire's predictor, then vLLM, one at a time.
+
+    Returns server -> cell -> figures. Each model's two servers run back to back, so both see
+    about the same load on a shared machine (each row carries the 1-minute load average).
+    """
+    results: dict[str, dict[tuple, dict]] = {"trainwire": {}, "vllm": {}}
     groups: dict[tuple[str, bool], list[dict]] = {}
     for cell in todo:
         groups.setdefault((cell["size"], cell["workload"] == "lora"), []).append(cell)
-    if server_name == "trainwire":
-        groups = {("all", False): todo}  # one predictor serves every model in the store
     for (size, lora), group in groups.items():
-        try:
-            results.update(_measure_group(workdir, server_name, size, lora, group, args, hf))
-        except Exception as error:  # noqa: BLE001 - one server's failure leaves the others' figures
-            print(f"{server_name} {size} failed: {error}", flush=True)
+        for server_name in ("trainwire",) if args.skip_vllm else ("trainwire", "vllm"):
+            try:
+                results[server_name].update(_measure_group(workdir, server_name, size, lora, group, args, hf))
+            except Exception as error:  # noqa: BLE001 - one server's failure leaves the others' figures
+                print(f"{server_name} {size} failed: {error}", flush=True)
     return results
 
 
@@ -481,9 +482,9 @@ def table(ours: dict[tuple, dict], peer: dict[tuple, dict], todo: list[dict[str,
     """The Markdown table of the run (what docs/benchmarks.md shows)."""
     print(
         "\n| workload | size | concurrency | new tokens | trainwire tok/s | vLLM tok/s | ratio "
-        "| trainwire TTFT ms | vLLM TTFT ms |"
+        "| trainwire TTFT ms | vLLM TTFT ms | load (trainwire / vLLM) |"
     )
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---|")
     for cell in todo:
         key = (cell["workload"], cell["size"], cell["concurrency"], cell["max_tokens"])
         a, b = ours.get(key), peer.get(key)
@@ -494,7 +495,8 @@ def table(ours: dict[tuple, dict], peer: dict[tuple, dict], todo: list[dict[str,
         vttft = f"{b['ttft_ms']:.0f}" if b else "-"
         print(
             f"| {cell['workload']} | {cell['size']} | {cell['concurrency']} | {cell['max_tokens']} "
-            f"| {a['tokens_per_s']:.1f} | {vtoks} | {ratio} | {a['ttft_ms']:.0f} | {vttft} |"
+            f"| {a['tokens_per_s']:.1f} | {vtoks} | {ratio} | {a['ttft_ms']:.0f} | {vttft} "
+            f"| {a['load1']:.0f} / {b['load1'] if b else float('nan'):.0f} |"
         )
     for size in sorted({c["size"] for c in todo}):
         a, b = ours.get(("text", size)), peer.get(("text", size))
@@ -534,9 +536,8 @@ def main() -> None:
         if args.tune_vllm:
             tune_vllm(workdir, hf, args.seconds)
             return
-        ours = measure(workdir, "trainwire", todo, args, hf)
-        peer = {} if args.skip_vllm else measure(workdir, "vllm", todo, args, hf)
-        table(ours, peer, todo)
+        results = measure(workdir, todo, args, hf)
+        table(results["trainwire"], results["vllm"], todo)
 
 
 if __name__ == "__main__":
