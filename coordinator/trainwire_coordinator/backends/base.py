@@ -4,7 +4,8 @@ The coordinator validates a run, sets up the framework's rendezvous on the worke
 group and gives the workers their environment; the training function itself is the
 worker runtime's half. Each framework's half is registered in the
 ``trainwire.coordinator_backends`` entry-point group, so the controller never
-branches on a framework.
+branches on a framework. ``DataParallelBackend`` is the half of every trainer that runs the
+user's loop (plain, or extended by Torch, JAX, Horovod, ...).
 """
 
 from __future__ import annotations
@@ -90,6 +91,37 @@ class CoordinatorBackend:
         group (RLlib's env runners find their bundles there by index).
         """
         return []
+
+
+class DataParallelBackend(CoordinatorBackend):
+    """Runs user code on every worker; subclasses add the framework's setup."""
+
+    name = "data_parallel"
+    spec_field = "data_parallel"
+    uses_ray_data = True
+
+    def validate(self, request: coordinator_pb2.FitRequest, datasets: dict[str, DatasetSchema]) -> None:
+        super().validate(request, datasets)
+        loop = request.data_parallel.train_loop
+        source = loop.WhichOneof("source")
+        if source is None:
+            raise InvalidArgumentError(
+                "data_parallel.train_loop needs pickled_function or entry_point",
+                field="data_parallel.train_loop",
+            )
+        if source == "entry_point" and ":" not in loop.entry_point:
+            raise InvalidArgumentError(
+                f"entry point must look like 'package.module:function', got {loop.entry_point!r}",
+                field="data_parallel.train_loop.entry_point",
+            )
+        # "train" is the default name to split, whether or not a run has such a dataset.
+        unknown = sorted(set(request.data_parallel.data_config.datasets_to_split) - set(datasets) - {"train"})
+        if unknown:
+            raise InvalidArgumentError(
+                f"datasets_to_split names {', '.join(map(repr, unknown))}, not among the run's datasets "
+                f"({', '.join(sorted(datasets)) or 'none'})",
+                field="data_parallel.data_config.datasets_to_split",
+            )
 
 
 def check_tabular_datasets(datasets: dict[str, DatasetSchema], label_column: str, field: str) -> None:

@@ -7,8 +7,7 @@ spec (params, label column), read by the workers themselves and run on warm work
 
 from __future__ import annotations
 
-from trainwire_coordinator.backends.base import CoordinatorBackend, check_tabular_datasets
-from trainwire_coordinator.backends.data_parallel import DataParallelBackend
+from trainwire_coordinator.backends.base import CoordinatorBackend, DataParallelBackend, check_tabular_datasets
 from trainwire_core.dataset_schema import DatasetSchema
 from trainwire_core.errors import InvalidArgumentError
 from trainwire_core.v1 import coordinator_pb2

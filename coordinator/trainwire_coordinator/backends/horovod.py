@@ -13,8 +13,7 @@ import sys
 from typing import Any
 
 from trainwire.horovod.framework import FRAMEWORK
-from trainwire_coordinator.backends.base import WorkerGroup
-from trainwire_coordinator.backends.data_parallel import DataParallelBackend
+from trainwire_coordinator.backends.base import DataParallelBackend, WorkerGroup
 from trainwire_core.dataset_schema import DatasetSchema
 from trainwire_core.errors import FailedPreconditionError, InvalidArgumentError
 from trainwire_core.structs import struct_to_dict

@@ -7,8 +7,7 @@ import os
 from typing import Any
 
 from trainwire.tensorflow.framework import FRAMEWORK
-from trainwire_coordinator.backends.base import WorkerGroup
-from trainwire_coordinator.backends.data_parallel import DataParallelBackend
+from trainwire_coordinator.backends.base import DataParallelBackend, WorkerGroup
 from trainwire_core.v1 import coordinator_pb2
 
 

@@ -8,8 +8,7 @@ from typing import Any
 
 from trainwire.huggingface.framework import FRAMEWORK as HUGGINGFACE
 from trainwire.torch.framework import FRAMEWORK
-from trainwire_coordinator.backends.base import WorkerGroup
-from trainwire_coordinator.backends.data_parallel import DataParallelBackend
+from trainwire_coordinator.backends.base import DataParallelBackend, WorkerGroup
 from trainwire_core.structs import struct_to_dict
 from trainwire_core.v1 import coordinator_pb2
 

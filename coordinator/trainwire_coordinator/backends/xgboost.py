@@ -9,8 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from trainwire.xgboost.framework import FRAMEWORK
-from trainwire_coordinator.backends.base import WorkerGroup
-from trainwire_coordinator.backends.data_parallel import DataParallelBackend
+from trainwire_coordinator.backends.base import DataParallelBackend, WorkerGroup
 from trainwire_coordinator.backends.gbdt import GBDTBackend
 from trainwire_core.v1 import coordinator_pb2
 
