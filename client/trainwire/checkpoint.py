@@ -206,7 +206,8 @@ class Checkpoint:
 
     def _verify_local(self, directory: str) -> None:
         """Checks a local copy of the files against the manifest, if the checkpoint has one."""
-        if not self._verified:
+        # A directory without a manifest (one the loop just wrote) has nothing to be checked against.
+        if not self._verified and os.path.exists(os.path.join(directory, MANIFEST_NAME)):
             store = Store.for_filesystem(pafs.LocalFileSystem(), os.path.abspath(directory))
             verify_checkpoint(store, store.root, label=self.uri)
 

@@ -6,9 +6,8 @@ import os
 
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-
-def default_home() -> str:
-    return os.path.join(os.path.expanduser("~"), ".trainwire")
+# Where the embedded defaults live (the store and the metadata database).
+DEFAULT_HOME = os.path.join(os.path.expanduser("~"), ".trainwire")
 
 
 class CoordinatorSettings(BaseSettings):
@@ -19,9 +18,9 @@ class CoordinatorSettings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = 50051
     # Shared store URI (file://, s3://) or a local path.
-    store: str = os.path.join(default_home(), "store")
+    store: str = os.path.join(DEFAULT_HOME, "store")
     # Metadata store: a SQLite path / sqlite:/// URL, or redis://host:port/db.
-    state: str = os.path.join(default_home(), "state.db")
+    state: str = os.path.join(DEFAULT_HOME, "state.db")
     # Ray address to connect to; empty starts a local Ray.
     ray_address: str = ""
     # CPUs of a local Ray started by the coordinator (0: Ray's default).
