@@ -276,7 +276,7 @@ def test_sample_from_pickles_the_function():
         lambda: tune.randn(0, -1),
         lambda: tune.choice([]),
         lambda: tune.choice("abc"),
-        lambda: tune.choice([object()]),
+        lambda: tune.choice([object()]).to_proto(),  # objects travel only where a param_space puts them
         lambda: tune.grid_search([]),
         lambda: tune.sample_from(3),
     ],

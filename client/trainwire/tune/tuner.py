@@ -8,6 +8,7 @@ import itertools
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from trainwire.checkpoint import Checkpoint
@@ -22,7 +23,7 @@ from trainwire.tune.progress import describe_changes
 from trainwire.tune.registry import registered_trainable
 from trainwire.tune.result_grid import ResultGrid
 from trainwire.tune.search.optuna import OptunaSearch
-from trainwire.tune.search.sample import Function
+from trainwire.tune.search.sample import Categorical, Function, GridSearch, alternatives_domain
 from trainwire.tune.search.searcher import ConcurrencyLimiter
 from trainwire.tune.search.variant_generator import Path, Searched, split_space
 from trainwire.tune.stopper import CombinedStopper, FunctionStopper, Stopper, as_stopper
@@ -39,7 +40,14 @@ SEARCHABLE = {
     "params": "params",
     "num_boost_round": "num_boost_round",
     "scaling_config": None,
+    # Searched over objects only (grid_search / choice): each alternative travels as the trainer sends its own.
+    "datasets": "datasets",
+    "preprocessor": "preprocessor",
 }
+# Roots whose values are objects: a grid or choice there always travels as alternatives.
+OBJECT_ROOTS = ("datasets", "preprocessor")
+# Converts one alternative of a searched path into what that place of the request carries.
+Converter = Callable[[Path, Any], tune_pb2.Alternative]
 # How long a Tune call is retried while the coordinator is unreachable (the idempotency key
 # makes a retry return the search the first call started).
 START_RETRY_S = 60.0
@@ -138,10 +146,6 @@ def parse_param_space(
     space = dict(param_space)
     for key in space:
         field = f"param_space.{key}"
-        if key == "datasets":
-            raise InvalidArgumentError(
-                "param_space.datasets cannot be searched: give the datasets to the trainer", field=field
-            )
         if key not in SEARCHABLE:
             raise InvalidArgumentError(
                 f"param_space has no key {key!r}: a trainer's searchable keys are {', '.join(SEARCHABLE)}",
@@ -166,6 +170,7 @@ def parse_param_space(
                     f"param_space.scaling_config has no field {key!r} (fields: {', '.join(SCALING_FIELDS)})",
                     field=f"param_space.scaling_config.{key}",
                 )
+    _check_object_roots(space)
     constants, params = split_space(space)
     search_alg = _innermost(search_alg)
     if isinstance(search_alg, OptunaSearch) and search_alg.space:
@@ -183,12 +188,72 @@ def parse_param_space(
     return constants, params
 
 
-def search_params(params: list[tuple[Path, Searched]]) -> list[tune_pb2.SearchParam]:
-    """The searched values as the Tune request carries them."""
+def _check_object_roots(space: dict[str, Any]) -> None:
+    """``datasets`` and ``preprocessor`` take a grid_search or choice over objects, nothing else."""
+
+    def searched(value: Any) -> bool:
+        return isinstance(value, GridSearch | Categorical) or (
+            isinstance(value, dict) and list(value) == ["grid_search"] and isinstance(value["grid_search"], list)
+        )
+
+    if "preprocessor" in space and not searched(space["preprocessor"]):
+        raise InvalidArgumentError(
+            "param_space.preprocessor takes tune.grid_search or tune.choice over preprocessors; "
+            "give a single preprocessor to the trainer",
+            field="param_space.preprocessor",
+        )
+    if "datasets" in space:
+        datasets = space["datasets"]
+        if not isinstance(datasets, dict) or not datasets:
+            raise InvalidArgumentError(
+                "param_space.datasets takes {name: tune.grid_search([...])}", field="param_space.datasets"
+            )
+        for name, value in datasets.items():
+            if not isinstance(name, str) or not searched(value):
+                raise InvalidArgumentError(
+                    f"param_space.datasets.{name} takes tune.grid_search or tune.choice over datasets; "
+                    "give a single dataset to the trainer",
+                    field="param_space.datasets",
+                )
+
+
+def _options(domain: Searched) -> list[Any]:
+    return domain.options if isinstance(domain, GridSearch | Categorical) else []
+
+
+def pickled_alternative(path: Path, value: Any) -> tune_pb2.Alternative:
+    """An object as a by-value pickle: a preprocessor, or a value inside train_loop_config."""
+    try:
+        return tune_pb2.Alternative(pickled=pickle_by_value(value))
+    except Exception as exc:
+        where = ".".join(path)
+        raise InvalidArgumentError(
+            f"param_space.{where}: {type(value).__name__} cannot be pickled: {exc}", field=f"param_space.{where}"
+        ) from exc
+
+
+def search_params(params: list[tuple[Path, Searched]], convert: Converter | None = None) -> list[tune_pb2.SearchParam]:
+    """The searched values as the Tune request carries them.
+
+    A grid or choice over objects (any values under ``datasets`` or ``preprocessor``; values that are
+    not JSON under ``train_loop_config``) carries alternatives, each turned by ``convert`` (default: a
+    by-value pickle) into what that place of the request carries for a plain value.
+    """
     out = []
     for path, domain in params:
+        field = f"param_space.{'.'.join(path)}"
+        objects = path[0] in OBJECT_ROOTS or (path[0] == "train_loop_config" and domain.has_objects)
+        if path[0] in OBJECT_ROOTS and not isinstance(domain, GridSearch | Categorical):
+            raise InvalidArgumentError(f"{field} takes tune.grid_search or tune.choice over objects", field=field)
         try:
-            proto = domain.to_proto()
+            if objects:
+                proto = alternatives_domain(
+                    domain.sampler,
+                    _options(domain),
+                    lambda value, path=path: (convert or pickled_alternative)(path, value),
+                )
+            else:
+                proto = domain.to_proto()
         except InvalidArgumentError as exc:
             raise InvalidArgumentError(
                 f"param_space.{'.'.join(path)}: {exc}", field=f"param_space.{'.'.join(path)}"
@@ -304,13 +369,27 @@ class Tuner:
         return tune_pb2.TuneRequest(
             trainer=fit_request,
             param_space=to_struct(self._constants, "param_space"),
-            search_space=search_params(self._params),
+            search_space=search_params(self._params, self._converter(trainer, client)),
             tune_config=self.tune_config.to_proto(),
             name=trainer.run_config.name or "",
             idempotency_key=uuid.uuid4().hex,
             function_trainable=self.function_trainable,
             pickled_stopper=_pickle_stopper(stopper) if stopper is not None else b"",
         )
+
+    @staticmethod
+    def _converter(trainer: BaseTrainer, client: CoordinatorClient) -> Converter:
+        """Turns an alternative into what the trainer sends for a plain value at its path."""
+
+        def convert(path: Path, value: Any) -> tune_pb2.Alternative:
+            if path[0] == "datasets":
+                # As the trainer's own datasets: uploaded (content-addressed) or a URI.
+                return tune_pb2.Alternative(dataset=trainer._dataset_ref(client, path[1], value))
+            if path[0] == "preprocessor" and value is None:
+                return tune_pb2.Alternative()  # no preprocessor for this trial
+            return pickled_alternative(path, value)
+
+        return convert
 
     # --- running ---------------------------------------------------------------------
     def fit(self) -> ResultGrid:

@@ -105,11 +105,32 @@ def carries_code(request: tune_pb2.TuneRequest) -> bool:
         or bool(request.tune_config.scheduler.pickled_code)
         or bool(request.tune_config.search_alg.pickled_space)
         or any(p.domain.sampler == "sample_from" for p in request.search_space)
+        or any(_pickled_alternatives(p) for p in request.search_space)
     )
+
+
+def _pickled_alternatives(param: tune_pb2.SearchParam) -> bool:
+    """Whether a grid or choice carries pickled objects (dataset refs and preprocessor specs are not code)."""
+    return any(a.WhichOneof("value") == "pickled" for a in param.domain.alternatives)
 
 
 def check_access(request: tune_pb2.TuneRequest, caller: Caller, allow_pickled_code: bool) -> None:
     """Refuses a search the caller may not submit, or pickled code this coordinator does not accept."""
+    for i, param in enumerate(request.search_space):
+        # Checked first, so the refusal names the searched field (not only the scope).
+        if not _pickled_alternatives(param):
+            continue
+        where = "param_space." + ".".join(param.path)
+        if SUBMIT_CODE not in caller.scopes:
+            raise PermissionDeniedError(
+                f"{where} searches pickled objects: token {caller.name!r} lacks the {SUBMIT_CODE!r} scope",
+                field=where,
+            )
+        if not allow_pickled_code:
+            raise PermissionDeniedError(
+                f"this coordinator does not accept pickled code: {where} searches pickled objects",
+                field=f"search_space[{i}].domain.alternatives",
+            )
     if carries_code(request):
         caller.require(SUBMIT_CODE)
     if request.pickled_stopper and not allow_pickled_code:
@@ -146,7 +167,7 @@ async def check_first_trial(request: tune_pb2.TuneRequest, checks: FitChecks) ->
         raise library_error(plan.searcher.display_name, exc, SEARCHER_FIELD, started=False) from exc
     config = merge_dicts(plan.space.constants, nest(values or {}))
     prefix = "param_space" if "scaling_config" in config else "trainer"
-    fit = trial_request(request.trainer, config, "check", "")
+    fit = trial_request(request.trainer, config, "check", "", request.search_space)
     try:
         await asyncio.to_thread(checks.validate, fit)
     except ResourceExhaustedError as exc:

@@ -240,7 +240,13 @@ class TuneDriver:
         key = f"tune/{self.tune.tune_id}/{trial.index}"
         if trial.past_run_ids:  # a paused trial goes on in a run of its own
             key += f"/{len(trial.past_run_ids)}"
-        request = trial_request(self.tune.request.trainer, config, trial_name(self.tune.name, trial.index), key)
+        request = trial_request(
+            self.tune.request.trainer,
+            config,
+            trial_name(self.tune.name, trial.index),
+            key,
+            self.tune.request.search_space,
+        )
         if trial.resume_from_checkpoint:
             request.resume_from_checkpoint = trial.resume_from_checkpoint
         return request

@@ -16,6 +16,8 @@ from trainwire_core.v1 import tune_pb2
 
 FLOAT_SAMPLERS = ("uniform", "quniform", "loguniform", "qloguniform", "randn", "qrandn")
 INT_SAMPLERS = ("randint", "qrandint", "lograndint", "qlograndint")
+# Places a grid or choice over alternatives (objects) may set, besides train_loop_config's values.
+OBJECT_ROOTS = ("preprocessor", "datasets")
 SAMPLERS = ("grid_search", "choice", "sample_from", *FLOAT_SAMPLERS, *INT_SAMPLERS)
 
 
@@ -43,8 +45,21 @@ class Param:
         return self.domain.sampler
 
     def values(self) -> list[Any]:
-        """A grid's or a choice's values."""
+        """A grid's or a choice's values; over alternatives, their labels (what the trial's config shows)."""
+        if self.domain.alternatives:
+            return [a.label for a in self.domain.alternatives]
         return list(struct_to_dict(self.domain.values))  # a ListValue converts to a list
+
+    def alternative(self, label: Any) -> tune_pb2.Alternative:
+        """The alternative a sampled label stands for.
+
+        Raises:
+            InvalidArgumentError: No alternative has that label.
+        """
+        for alternative in self.domain.alternatives:
+            if alternative.label == label:
+                return alternative
+        raise InvalidArgumentError(f"{self.name} has no alternative {label!r}", field=f"{self.field}.domain")
 
     def sample(self, rng: np.random.Generator) -> Any:
         """One value drawn as Ray's sampler of the same name draws it."""
@@ -84,16 +99,18 @@ def _check(param: tune_pb2.SearchParam, i: int, data_parallel: bool, gbdt: bool)
     path = tuple(param.path)
     if not path or any(not part for part in path):
         raise InvalidArgumentError("a searched parameter needs a path of non-empty keys", field=f"{field}.path")
-    check_path(path, f"{field}.path", data_parallel, gbdt)
     d = param.domain
+    check_path(path, f"{field}.path", data_parallel, gbdt, objects=bool(d.alternatives))
     sampler = d.sampler
     if sampler not in SAMPLERS:
         raise InvalidArgumentError(
             f"unknown sampler {sampler!r} for {'/'.join(path)}; known: {', '.join(SAMPLERS)}",
             field=f"{field}.domain.sampler",
         )
-    if sampler in ("grid_search", "choice") and not d.values.values:
+    if sampler in ("grid_search", "choice") and not d.values.values and not d.alternatives:
         raise InvalidArgumentError(f"{sampler} for {'/'.join(path)} has no values", field=f"{field}.domain.values")
+    if d.alternatives:
+        _check_alternatives(path, d, field)
     if sampler == "sample_from" and not d.pickled_function:
         raise InvalidArgumentError("sample_from needs a function", field=f"{field}.domain.pickled_function")
     bounds = (d.lower, d.upper, d.q, d.base, d.mean, d.sd)
@@ -118,9 +135,49 @@ def _check(param: tune_pb2.SearchParam, i: int, data_parallel: bool, gbdt: bool)
     return Param(path, d, field)
 
 
-def check_path(path: Sequence[str], field: str, data_parallel: bool, gbdt: bool) -> None:
-    """Refuses a searched path no trainer of this kind takes (InvalidArgumentError naming ``field``)."""
+def _check_alternatives(path: tuple[str, ...], d: tune_pb2.Domain, field: str) -> None:
+    """A grid or choice over alternatives: labelled once each, and each of the kind its path carries."""
+    name = "/".join(path)
+    if d.sampler not in ("grid_search", "choice") or d.values.values:
+        raise InvalidArgumentError(
+            f"{name}: alternatives are for grid_search and choice, instead of values",
+            field=f"{field}.domain.alternatives",
+        )
+    labels = [a.label for a in d.alternatives]
+    if not all(labels) or len(set(labels)) != len(labels):
+        raise InvalidArgumentError(
+            f"{name}: each alternative needs a label of its own", field=f"{field}.domain.alternatives"
+        )
+    # What each place of a FitRequest can hold for a plain value.
+    kinds = {"preprocessor": ("pickled", "preprocessor", None), "datasets": ("dataset",)}.get(path[0], ("pickled",))
+    for i, alternative in enumerate(d.alternatives):
+        kind = alternative.WhichOneof("value")
+        if kind not in kinds:
+            raise InvalidArgumentError(
+                f"{name}: alternative {alternative.label!r} is {kind or 'empty'}; {path[0]} takes "
+                + ", ".join(k or "empty" for k in kinds),
+                field=f"{field}.domain.alternatives[{i}]",
+            )
+
+
+def check_path(path: Sequence[str], field: str, data_parallel: bool, gbdt: bool, objects: bool = False) -> None:
+    """Refuses a searched path no trainer of this kind takes (InvalidArgumentError naming ``field``).
+
+    ``objects``: the path is searched over alternatives, so ``preprocessor`` and ``datasets.<name>``
+    may be searched too.
+    """
     root = path[0]
+    if root in OBJECT_ROOTS:
+        if not objects:
+            raise InvalidArgumentError(f"{root} is searched only over alternatives (grid_search, choice)", field=field)
+        if (root == "preprocessor") != (len(path) == 1) or len(path) > 2:
+            raise InvalidArgumentError(f"{root} is searched as preprocessor or datasets.<name>", field=field)
+        return
+    if objects and (root != "train_loop_config" or len(path) < 2):
+        raise InvalidArgumentError(
+            f"{'.'.join(path)} takes JSON values only, not alternatives (objects go in train_loop_config.<key>)",
+            field=field,
+        )
     if root not in ROOTS:
         raise InvalidArgumentError(
             f"param_space key {root!r} cannot be searched; use one of {', '.join(ROOTS)}", field=field
@@ -164,7 +221,7 @@ class SearchSpace:
 
     @property
     def num_grid_points(self) -> int:
-        return math.prod(len(p.domain.values.values) for p in self.grid)
+        return math.prod(len(p.values()) for p in self.grid)
 
     def grid_point(self, k: int) -> dict[tuple[str, ...], Any]:
         """The k-th point of the grid; the last grid parameter varies fastest, as in Ray."""

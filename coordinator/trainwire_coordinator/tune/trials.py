@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import pickle
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import cloudpickle
@@ -14,7 +15,7 @@ from trainwire_coordinator.backends import get_backend
 from trainwire_coordinator.tune.space import Param
 from trainwire_core.errors import InvalidArgumentError
 from trainwire_core.structs import merge_dicts, struct_to_dict, to_struct
-from trainwire_core.v1 import coordinator_pb2
+from trainwire_core.v1 import coordinator_pb2, tune_pb2
 
 
 def trial_name(tune_name: str, index: int) -> str:
@@ -23,7 +24,11 @@ def trial_name(tune_name: str, index: int) -> str:
 
 
 def trial_request(
-    base: coordinator_pb2.FitRequest, config: dict[str, Any], name: str, idempotency_key: str
+    base: coordinator_pb2.FitRequest,
+    config: dict[str, Any],
+    name: str,
+    idempotency_key: str,
+    search_space: Sequence[tune_pb2.SearchParam] = (),
 ) -> coordinator_pb2.FitRequest:
     """The search's trainer with one trial's parameters merged in, as Ray merges param_space into a Trainer.
 
@@ -32,9 +37,12 @@ def trial_request(
         config: The trial's parameters (constants and sampled values), keyed like param_space.
         name: The trial run's name.
         idempotency_key: Makes creating the trial's run idempotent (a coordinator taking over may try again).
+        search_space: The search's parameters: where one holds alternatives (objects), the config
+            holds the sampled alternative's label, and the alternative is put in its place.
     """
     request = coordinator_pb2.FitRequest()
     request.CopyFrom(base)
+    config = _place_alternatives(request, config, search_space)
     for root, value in config.items():
         field = f"param_space.{root}"
         if root == "train_loop_config":
@@ -50,6 +58,83 @@ def trial_request(
     request.run_config.name = name
     request.idempotency_key = idempotency_key
     return request
+
+
+class _Loads:
+    """Unpickles, on the worker, to the object a pickle holds: the coordinator never loads user code."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (pickle.loads, (self.data,))
+
+
+class _Merged:
+    """Unpickles, on the worker, to ``merge_dicts(base, overrides)`` (either may hold ``_Loads``)."""
+
+    def __init__(self, base: Any, overrides: dict[str, Any]) -> None:
+        self.base, self.overrides = base, overrides
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (merge_dicts, (self.base, self.overrides))
+
+
+def _pop(config: dict[str, Any], path: tuple[str, ...]) -> tuple[dict[str, Any], Any]:
+    """``config`` without the value at ``path`` (a copy; dicts left empty are dropped), and that value."""
+    if len(path) == 1:
+        rest = dict(config)
+        return rest, rest.pop(path[0], None)
+    child = config.get(path[0])
+    if not isinstance(child, dict):
+        return config, None
+    inner, value = _pop(child, path[1:])
+    rest = dict(config)
+    if inner:
+        rest[path[0]] = inner
+    else:
+        rest.pop(path[0])
+    return rest, value
+
+
+def _place_alternatives(
+    request: coordinator_pb2.FitRequest, config: dict[str, Any], search_space: Sequence[tune_pb2.SearchParam]
+) -> dict[str, Any]:
+    """Puts each sampled alternative in its place of ``request``; returns the config without them."""
+    from trainwire_coordinator.tune.space import nest
+
+    loop_values: dict[tuple[str, ...], Any] = {}
+    for i, param in enumerate(search_space):
+        if not param.domain.alternatives:
+            continue
+        path = tuple(param.path)
+        field = f"search_space[{i}]"
+        config, label = _pop(config, path)
+        chosen = next((a for a in param.domain.alternatives if a.label == label), None)
+        if chosen is None:
+            raise InvalidArgumentError(f"{'/'.join(path)} has no alternative {label!r}", field=f"{field}.domain")
+        kind = chosen.WhichOneof("value")
+        if path[0] == "preprocessor":
+            request.ClearField("pickled_preprocessor")
+            request.ClearField("preprocessor")
+            if kind == "pickled":
+                request.pickled_preprocessor = chosen.pickled
+            elif kind == "preprocessor":
+                request.preprocessor.CopyFrom(chosen.preprocessor)
+        elif path[0] == "datasets":
+            request.datasets[path[1]].CopyFrom(chosen.dataset)
+        elif path[0] == "train_loop_config" and kind == "pickled":
+            loop_values[path[1:]] = _Loads(chosen.pickled)
+        else:
+            raise InvalidArgumentError(f"{'/'.join(path)} cannot hold alternatives", field=f"{field}.path")
+    if loop_values:
+        # The loop's config is built on the workers (which alone unpickle): base config, then these objects.
+        spec = request.data_parallel
+        base: Any = _Loads(spec.pickled_train_loop_config) if spec.pickled_train_loop_config else None
+        if base is None:
+            base = struct_to_dict(spec.train_loop_config)
+        spec.pickled_train_loop_config = pickle.dumps(_Merged(base, nest(loop_values)))
+    return config
 
 
 def _as_dict(value: Any, field: str) -> dict[str, Any]:

@@ -13,7 +13,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class Domain(_message.Message):
-    __slots__ = ("sampler", "values", "lower", "upper", "q", "base", "mean", "sd", "pickled_function")
+    __slots__ = ("sampler", "values", "lower", "upper", "q", "base", "mean", "sd", "pickled_function", "alternatives")
     SAMPLER_FIELD_NUMBER: _ClassVar[int]
     VALUES_FIELD_NUMBER: _ClassVar[int]
     LOWER_FIELD_NUMBER: _ClassVar[int]
@@ -23,6 +23,7 @@ class Domain(_message.Message):
     MEAN_FIELD_NUMBER: _ClassVar[int]
     SD_FIELD_NUMBER: _ClassVar[int]
     PICKLED_FUNCTION_FIELD_NUMBER: _ClassVar[int]
+    ALTERNATIVES_FIELD_NUMBER: _ClassVar[int]
     sampler: str
     values: _struct_pb2.ListValue
     lower: float
@@ -32,7 +33,20 @@ class Domain(_message.Message):
     mean: float
     sd: float
     pickled_function: bytes
-    def __init__(self, sampler: _Optional[str] = ..., values: _Optional[_Union[_struct_pb2.ListValue, _Mapping]] = ..., lower: _Optional[float] = ..., upper: _Optional[float] = ..., q: _Optional[float] = ..., base: _Optional[float] = ..., mean: _Optional[float] = ..., sd: _Optional[float] = ..., pickled_function: _Optional[bytes] = ...) -> None: ...
+    alternatives: _containers.RepeatedCompositeFieldContainer[Alternative]
+    def __init__(self, sampler: _Optional[str] = ..., values: _Optional[_Union[_struct_pb2.ListValue, _Mapping]] = ..., lower: _Optional[float] = ..., upper: _Optional[float] = ..., q: _Optional[float] = ..., base: _Optional[float] = ..., mean: _Optional[float] = ..., sd: _Optional[float] = ..., pickled_function: _Optional[bytes] = ..., alternatives: _Optional[_Iterable[_Union[Alternative, _Mapping]]] = ...) -> None: ...
+
+class Alternative(_message.Message):
+    __slots__ = ("label", "pickled", "dataset", "preprocessor")
+    LABEL_FIELD_NUMBER: _ClassVar[int]
+    PICKLED_FIELD_NUMBER: _ClassVar[int]
+    DATASET_FIELD_NUMBER: _ClassVar[int]
+    PREPROCESSOR_FIELD_NUMBER: _ClassVar[int]
+    label: str
+    pickled: bytes
+    dataset: _coordinator_pb2.DatasetRef
+    preprocessor: _coordinator_pb2.PreprocessorSpec
+    def __init__(self, label: _Optional[str] = ..., pickled: _Optional[bytes] = ..., dataset: _Optional[_Union[_coordinator_pb2.DatasetRef, _Mapping]] = ..., preprocessor: _Optional[_Union[_coordinator_pb2.PreprocessorSpec, _Mapping]] = ...) -> None: ...
 
 class SearchParam(_message.Message):
     __slots__ = ("path", "domain")

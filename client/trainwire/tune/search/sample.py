@@ -57,8 +57,56 @@ def _json_list(values: Any, name: str, field: str) -> struct_pb2.ListValue:
         msg.extend([_plain(v) for v in values])
     except (TypeError, ValueError) as exc:
         raise InvalidArgumentError(
-            f"{name} values must be JSON (numbers, strings, bools, None, lists, dicts): {exc}", field=field
+            f"{name} values must be JSON (numbers, strings, bools, None, lists, dicts) here; objects can be "
+            f"searched in preprocessor, datasets and train_loop_config: {exc}",
+            field=field,
         ) from exc
+    return msg
+
+
+def _values_list(values: Any, name: str) -> list[Any]:
+    """``values`` as a non-empty list (any objects: those not JSON travel as alternatives)."""
+    if isinstance(values, str | bytes | dict) or not isinstance(values, Sequence):
+        raise InvalidArgumentError(f"{name} takes a list of values, got {type(values).__name__}", field=name)
+    if not values:
+        raise InvalidArgumentError(f"{name} needs at least one value", field=name)
+    return list(values)
+
+
+def is_json(value: Any) -> bool:
+    """Whether ``value`` travels as JSON (else a grid or choice carries it as an alternative)."""
+    try:
+        _plain(value)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+def labels(values: Sequence[Any]) -> list[str]:
+    """What a trial's config shows for each object: its repr when short and unique, else ``<ClassName #i>``."""
+    reprs = []
+    for value in values:
+        try:
+            reprs.append(repr(value))
+        except Exception:  # a repr that fails is the object's bug, not the search's
+            reprs.append("")
+    out = []
+    for i, (value, text) in enumerate(zip(values, reprs, strict=True)):
+        if not text or len(text) > 80 or "\n" in text or reprs.count(text) > 1:
+            text = f"<{type(value).__name__} #{i}>"
+        out.append(text)
+    return out
+
+
+def alternatives_domain(
+    sampler: str, values: Sequence[Any], convert: Callable[[Any], tune_pb2.Alternative]
+) -> tune_pb2.Domain:
+    """A grid_search or choice whose values travel as alternatives, each turned by ``convert``."""
+    msg = tune_pb2.Domain(sampler=sampler)
+    for label, value in zip(labels(values), values, strict=True):
+        alternative = convert(value)
+        alternative.label = label
+        msg.alternatives.append(alternative)
     return msg
 
 
@@ -81,6 +129,9 @@ def _plain(value: Any) -> Any:
 
 class Domain:
     """A dimension of a search space; ``to_proto()`` is what the coordinator samples from."""
+
+    # The values of a grid or choice that are not all JSON: they travel as alternatives.
+    has_objects = False
 
     def to_proto(self) -> tune_pb2.Domain:
         raise NotImplementedError
@@ -181,12 +232,29 @@ def _check_log(lower: float, base: float, name: str) -> None:
 
 @dataclass(frozen=True, eq=False)
 class Categorical(Domain):
-    """One of ``categories``, drawn uniformly (JSON values only: the coordinator draws them)."""
+    """One of ``categories``, drawn uniformly by the coordinator.
+
+    Values that are not JSON (preprocessors, datasets, functions) travel as alternatives, each as its
+    place in the request carries a plain value; the coordinator draws an index.
+    """
 
     categories: Sequence[Any]
 
     def __post_init__(self) -> None:
-        _json_list(self.categories, "choice", "choice")
+        _values_list(self.categories, "choice")
+
+    @property
+    def has_objects(self) -> bool:  # type: ignore[override]
+        return not all(is_json(v) for v in self.categories)
+
+    @property
+    def sampler(self) -> str:
+        return "choice"
+
+    @property
+    def options(self) -> list[Any]:
+        """The values, in order."""
+        return list(self.categories)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Categorical) and list(self.categories) == list(other.categories)
@@ -221,11 +289,24 @@ class Function(Domain):
 
 
 class GridSearch(dict):
-    """``tune.grid_search(values)``: Ray's ``{"grid_search": values}`` marker, which it still equals."""
+    """``tune.grid_search(values)``: Ray's ``{"grid_search": values}`` marker, which it still equals.
+
+    Values that are not JSON travel as alternatives (see ``Categorical``).
+    """
+
+    sampler = "grid_search"
 
     def __init__(self, values: Sequence[Any]) -> None:
-        _json_list(values, "grid_search", "grid_search")
-        super().__init__(grid_search=list(values))
+        super().__init__(grid_search=_values_list(values, "grid_search"))
+
+    @property
+    def has_objects(self) -> bool:
+        return not all(is_json(v) for v in self["grid_search"])
+
+    @property
+    def options(self) -> list[Any]:
+        """The values, in order."""
+        return list(self["grid_search"])
 
     def to_proto(self) -> tune_pb2.Domain:
         values = _json_list(self["grid_search"], "grid_search", "grid_search")
