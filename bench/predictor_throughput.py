@@ -200,13 +200,22 @@ def checkout_predictor(workdir: Path, rev: str) -> Path:
 
 
 def start_predictor(
-    workdir: Path, port: int, name: str, env: dict[str, str] | None = None, http_port: int | None = None
+    workdir: Path,
+    port: int,
+    name: str,
+    env: dict[str, str] | None = None,
+    http_port: int | None = None,
+    extra: list[str] | None = None,
 ) -> subprocess.Popen:
-    """``python -m trainwire_predictor`` on the bench's store, logging to ``<name>.log``; REST too on ``http_port``."""
+    """``python -m trainwire_predictor`` on the bench's store, logging to ``<name>.log``; REST too on ``http_port``.
+
+    ``extra`` goes on its command line as it is (``["--workers", "2"]``).
+    """
     log = open(workdir / f"{name}.log", "w")  # noqa: SIM115 - lives as long as the server
     http = ["--http-port", str(http_port)] if http_port is not None else []
+    store = ["--store", str(workdir / "store")]
     return subprocess.Popen(
-        [sys.executable, "-m", "trainwire_predictor", "--port", str(port), "--store", str(workdir / "store"), *http],
+        [sys.executable, "-m", "trainwire_predictor", "--port", str(port), *store, *http, *(extra or [])],
         stdout=log,
         stderr=log,
         env={**os.environ, **(env or {})},
@@ -228,11 +237,17 @@ def ensure_mlserver(venv: Path = MLSERVER_VENV, packages: tuple[str, ...] = (*ML
     return mlserver
 
 
-def mlserver_dir(workdir: Path, model_dir: Path, grpc_port: int, http_port: int) -> Path:
-    """MLServer's settings and model folder for the plain booster."""
+def mlserver_dir(
+    workdir: Path, model_dir: Path, grpc_port: int, http_port: int, name: str = MODEL, inputs: list[dict] | None = None
+) -> Path:
+    """MLServer's settings and model folder for the plain booster, served as ``name``.
+
+    ``inputs`` (OIP tensor metadata: name, datatype, shape) go in its model settings, so its
+    ModelMetadata names them as trainwire's does (tools that build requests from metadata need them).
+    """
     root = workdir / "mlserver"
-    (root / MODEL).mkdir(parents=True)
-    shutil.copy(model_dir / "model.ubj", root / MODEL / "model.ubj")
+    (root / name).mkdir(parents=True)
+    shutil.copy(model_dir / "model.ubj", root / name / "model.ubj")
     settings = {
         "grpc_port": grpc_port,
         "http_port": http_port,
@@ -243,8 +258,14 @@ def mlserver_dir(workdir: Path, model_dir: Path, grpc_port: int, http_port: int)
         "host": "127.0.0.1",
     }
     (root / "settings.json").write_text(json.dumps(settings))
-    model = {"name": MODEL, "implementation": "mlserver_xgboost.XGBoostModel", "parameters": {"uri": "./model.ubj"}}
-    (root / MODEL / "model-settings.json").write_text(json.dumps(model))
+    model: dict[str, Any] = {
+        "name": name,
+        "implementation": "mlserver_xgboost.XGBoostModel",
+        "parameters": {"uri": "./model.ubj"},
+    }
+    if inputs:
+        model["inputs"] = inputs
+    (root / name / "model-settings.json").write_text(json.dumps(model))
     return root
 
 
@@ -279,20 +300,29 @@ def summary(latencies: list[float], seconds: float, errors: int) -> dict[str, fl
     }
 
 
-def load(port: int, concurrency: int, seconds: float, warmup_s: float, request: bytes) -> dict[str, float]:
-    """Closed-loop load from `concurrency` callers; returns requests/s and latency percentiles (ms)."""
+def load(
+    port: int, concurrency: int, seconds: float, warmup_s: float, request: bytes, channels: int = 1
+) -> dict[str, float]:
+    """Closed-loop load from `concurrency` callers; returns requests/s and latency percentiles (ms).
+
+    ``channels`` > 1 spreads the callers over that many gRPC channels, each its own TCP connection
+    (a local subchannel pool: grpc otherwise shares one connection among channels to one address),
+    so a ``--workers N`` server, whose kernel hands each connection to one worker, gets them all busy.
+    """
     import grpc
 
     async def main() -> dict[str, float]:
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-            call = channel.unary_unary(METHOD)
+        options = [("grpc.use_local_subchannel_pool", 1)]
+        opened = [grpc.aio.insecure_channel(f"127.0.0.1:{port}", options=options) for _ in range(max(1, channels))]
+        try:
+            calls = [channel.unary_unary(METHOD) for channel in opened]
             latencies: list[float] = []
             errors = 0
             start = time.perf_counter()
             measure_from = start + warmup_s
             stop_at = measure_from + seconds
 
-            async def caller() -> None:
+            async def caller(call: Any) -> None:
                 nonlocal errors
                 while (now := time.perf_counter()) < stop_at:
                     try:
@@ -303,8 +333,11 @@ def load(port: int, concurrency: int, seconds: float, warmup_s: float, request: 
                     if now >= measure_from:
                         latencies.append(done - now)
 
-            await asyncio.gather(*(caller() for _ in range(concurrency)))
+            await asyncio.gather(*(caller(calls[i % len(calls)]) for i in range(concurrency)))
             return summary(latencies, seconds, errors)
+        finally:
+            for channel in opened:
+                await channel.close()
 
     return asyncio.run(main())
 
@@ -382,11 +415,19 @@ def rest_load(port: int, concurrency: int, seconds: float, warmup_s: float, body
 
 
 def load_in_subprocess(
-    port: int, concurrency: int, seconds: float, warmup_s: float, request_file: Path, kind: str = "grpc"
+    port: int,
+    concurrency: int,
+    seconds: float,
+    warmup_s: float,
+    request_file: Path,
+    kind: str = "grpc",
+    channels: int = 1,
 ) -> dict:
     """``load`` (or ``rest_load``) in a fresh process (so the load generator never shares a GIL with a server)."""
     flag = "--rest-load" if kind == "rest" else "--load"
     argv = [flag, str(port), str(concurrency), str(seconds), str(warmup_s), str(request_file)]
+    if kind != "rest":
+        argv += ["--channels", str(channels)]
     out = subprocess.run([sys.executable, __file__, *argv], check=True, capture_output=True, text=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -540,13 +581,14 @@ def main() -> None:
     parser.add_argument("--load", nargs=5, help=argparse.SUPPRESS)
     parser.add_argument("--rest-load", nargs=5, help=argparse.SUPPRESS)
     parser.add_argument("--sdk-load", nargs=4, help=argparse.SUPPRESS)
+    parser.add_argument("--channels", type=int, default=1, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.bare_server:
         bare_server(args.bare_server)
         return
     if args.load:
         port, conc, secs, warm, request_file = args.load
-        result = load(int(port), int(conc), float(secs), float(warm), Path(request_file).read_bytes())
+        result = load(int(port), int(conc), float(secs), float(warm), Path(request_file).read_bytes(), args.channels)
         print(json.dumps(result))
         return
     if args.rest_load:
