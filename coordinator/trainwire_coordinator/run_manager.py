@@ -61,7 +61,7 @@ class RunManager:
         metadata: Runs and events.
         store: The shared store.
         datasets: Upload and dataset resolution.
-        coordinator_address: Returns the address workers report to.
+        coordinator_address: The address workers report to; "" until ``listen_at`` is told it.
         allow_pickled_code: Accept cloudpickled training code.
         packages: Runtime-environment packages.
         allow_pip_installs: Accept runtime environments with pip requirements.
@@ -73,7 +73,7 @@ class RunManager:
         metadata: MetadataStore,
         store: Store,
         datasets: DatasetService,
-        coordinator_address: Callable[[], str],
+        coordinator_address: str,
         *,
         allow_pickled_code: bool = True,
         packages: PackageService | None = None,
@@ -187,6 +187,11 @@ class RunManager:
     async def _save(self, run: coordinator_pb2.Run) -> None:
         """Saves a snapshot of the run on the metadata thread (writes keep their order)."""
         await self.persistence.save_run(run)
+
+    def listen_at(self, address: str) -> None:
+        """Where workers report from now on: the server's address, once it listens (every controller shares it)."""
+        runtime = self.controller_runtime
+        runtime.report = dataclasses.replace(runtime.report, address=address)
 
     def check_fit(
         self, request: coordinator_pb2.FitRequest, caller: Caller, *, check_capacity: bool = True

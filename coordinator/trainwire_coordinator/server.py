@@ -184,7 +184,7 @@ class CoordinatorServer:
             metadata,
             store,
             DatasetService(store),
-            lambda: self.address,
+            "",
             allow_pickled_code=settings.allow_pickled_code,
             packages=PackageService(store, settings.max_package_bytes),
             allow_pip_installs=settings.allow_pip_installs,
@@ -232,6 +232,7 @@ class CoordinatorServer:
         self.address = settings.advertise_address or advertised_address(
             settings.host, port, ray.util.get_node_ip_address
         )
+        self.runs.listen_at(self.address)
         if settings.metrics_port:
             self.metrics_server = MetricsServer(self.runs.metrics.registry, settings.host, settings.metrics_port)
             self.metrics_address = advertised_address(settings.host, self.metrics_server.port)

@@ -55,9 +55,7 @@ class Counted:
 def runs(tmp_path, monkeypatch) -> RunManager:
     monkeypatch.setattr(fit_checks, "cluster_view", lambda: ({"CPU": 8.0}, 1))
     store = Store(f"file://{tmp_path}/store")
-    manager = RunManager(
-        open_metadata_store(str(tmp_path / "meta.db")), store, DatasetService(store), lambda: "127.0.0.1:1"
-    )
+    manager = RunManager(open_metadata_store(str(tmp_path / "meta.db")), store, DatasetService(store), "127.0.0.1:1")
     manager.launched: list[RunController] = []  # type: ignore[misc]
     # The controller is built as for a real run, but not started.
     monkeypatch.setattr(manager, "_launch", lambda controller, resume=False: manager.launched.append(controller))

@@ -271,9 +271,7 @@ class Harness:
             self.events.append(event)
             return len(self.events)
 
-        runtime = ControllerRuntime(
-            report=ReportEndpoint(lambda: "127.0.0.1:1"), placement=self.placement, clock=self.clock
-        )
+        runtime = ControllerRuntime(report=ReportEndpoint("127.0.0.1:1"), placement=self.placement, clock=self.clock)
         if pool is not None:
             runtime.pool = pool
         settings = ControllerSettings(

@@ -157,12 +157,12 @@ class ReportEndpoint:
     """Where a run's workers send their reports, and how they prove who they are.
 
     Attributes:
-        address: Returns the address workers report to (known once the server listens).
+        address: The address workers report to (set by ``RunManager.listen_at`` once the server listens).
         secret: The secret a run's workers present on their report streams, by run id.
         tls: How workers verify the coordinator on their report streams (None: plaintext).
     """
 
-    address: Callable[[], str]
+    address: str
     secret: Callable[[str], str] = _no_secret
     tls: ClientTLS | None = None
 
@@ -510,7 +510,7 @@ class RunController:
                     attempt=self.attempt,
                     storage_path=self.run.path,
                 ),
-                coordinator_address=report.address(),
+                coordinator_address=report.address,
                 report_secret=report.secret(self.run.run_id),
                 report_tls=report.tls,
                 store_uri=store.uri_of(store.root),
