@@ -288,7 +288,8 @@ def child_env(mode: str, home: Path, data_dir: Path, script_dir: Path | None = N
 
 def run_one(script: Script, mode: str, timeout_s: float, data_dir: Path, log_dir: Path | None = None) -> Outcome:
     """Run a script once under Ray (``mode="ray"``) or trainwire, in a fresh directory."""
-    with tempfile.TemporaryDirectory(prefix="ray-example-") as tmp:
+    # A process the script left (outside its session) may still write there as it is removed.
+    with tempfile.TemporaryDirectory(prefix="ray-example-", ignore_cleanup_errors=True) as tmp:
         home = Path(tmp)
         command = [sys.executable, str(script.path), *script.args]
         if mode == "trainwire":
