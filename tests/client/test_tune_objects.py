@@ -95,13 +95,13 @@ def test_the_tuners_converter_uploads_frames_and_keeps_uris():
     _, params = parse_param_space(tuner.param_space, tuner.trainable)
     domain = search_params(params, convert)[0].domain
     assert [a.dataset.uri for a in domain.alternatives] == ["datasets/2", "x"]
-    assert [a.label for a in domain.alternatives] == ["<DataFrame #0>", "'x'"]
+    assert [a.label for a in domain.alternatives] == ["<DataFrame #0>", "x"]
     assert Tuner._converter(tuner.trainable, FakeClient())(("preprocessor",), None) == tune_pb2.Alternative()
 
 
 def test_labels_are_short_and_unique():
-    long = "x" * 100
-    assert labels([Scale(1), Scale(1), long, None]) == ["<Scale #0>", "<Scale #1>", "<str #2>", "None"]
+    uri, long = "s3://bucket/a.parquet", "x" * 300
+    assert labels([Scale(1), Scale(1), long, None, uri]) == ["<Scale #0>", "<Scale #1>", "<str #2>", "None", uri]
 
 
 @pytest.mark.parametrize(

@@ -207,3 +207,20 @@ def test_a_grid_over_callables_in_a_function_trainables_config(coordinator):
     assert {label.split(" ")[1] for label in by_label} == {"_offset", "_scale"}
     df = grid.get_dataframe()
     assert sorted(df["config/f"]) == sorted(by_label)
+
+
+def test_every_dataset_alternative_is_checked_before_the_search_is_recorded(coordinator, cancer_data, tmp_path):
+    train_df, _ = cancer_data
+    trainer = XGBoostTrainer(
+        params={"objective": "binary:logistic"}, label_column="target", datasets={"train": train_df}
+    )
+    missing = f"file://{tmp_path}/missing.parquet"
+    tuner = Tuner(
+        trainer,
+        param_space={"datasets": {"train": tune.grid_search([train_df, missing])}},
+        run_config=RunConfig(name="grid-over-a-missing-dataset", verbose=0),
+    )
+    with pytest.raises(InvalidArgumentError) as err:
+        tuner.fit()
+    assert err.value.field == "search_space[0].domain.alternatives[1]"
+    assert err.value.message.startswith(f"param_space.datasets.train: alternative {missing!r}: ")

@@ -175,3 +175,26 @@ async def check_first_trial(request: tune_pb2.TuneRequest, checks: FitChecks) ->
     except TrainwireError as exc:
         exc.field = f"trainer.{exc.field}" if exc.field else "trainer"
         raise
+    await _check_alternatives(request, config, checks)
+
+
+async def _check_alternatives(request: tune_pb2.TuneRequest, config: dict[str, Any], checks: FitChecks) -> None:
+    """Checks each dataset and declarative preprocessor alternative as a trial would run it.
+
+    The first trial checks one of each; without this, a bad URI among the others would fail only the
+    trials that draw it. Pickled alternatives are not opened here (the coordinator runs no user code).
+    """
+    for i, param in enumerate(request.search_space):
+        for j, alternative in enumerate(param.domain.alternatives):
+            if alternative.WhichOneof("value") not in ("dataset", "preprocessor"):
+                continue
+            trial = merge_dicts(config, nest({tuple(param.path): alternative.label}))
+            fit = trial_request(request.trainer, trial, "check", "", request.search_space)
+            try:
+                await asyncio.to_thread(checks.validate, fit)
+            except InvalidArgumentError as exc:
+                where = "param_space." + ".".join(param.path)
+                raise InvalidArgumentError(
+                    f"{where}: alternative {alternative.label!r}: {exc.message}",
+                    field=f"search_space[{i}].domain.alternatives[{j}]",
+                ) from None

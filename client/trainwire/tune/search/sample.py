@@ -83,16 +83,20 @@ def is_json(value: Any) -> bool:
 
 
 def labels(values: Sequence[Any]) -> list[str]:
-    """What a trial's config shows for each object: its repr when short and unique, else ``<ClassName #i>``."""
+    """What a trial's config shows for each object: its repr when short and unique, else ``<ClassName #i>``.
+
+    A string (a dataset's URI) shows as itself, as Ray's config shows it.
+    """
     reprs = []
     for value in values:
         try:
-            reprs.append(repr(value))
+            reprs.append(value if isinstance(value, str) else repr(value))
         except Exception:  # a repr that fails is the object's bug, not the search's
             reprs.append("")
     out = []
     for i, (value, text) in enumerate(zip(values, reprs, strict=True)):
-        if not text or len(text) > 80 or "\n" in text or reprs.count(text) > 1:
+        limit = 200 if isinstance(value, str) else 80
+        if not text or len(text) > limit or "\n" in text or reprs.count(text) > 1:
             text = f"<{type(value).__name__} #{i}>"
         out.append(text)
     return out
