@@ -137,49 +137,58 @@ def test_json_domains_are_sampled_as_before():
 # --- searches on the session's coordinator ---------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def xgb_grid(coordinator, cancer_data):
-    from ray.data.preprocessors import MinMaxScaler, StandardScaler
-
-    train_df, valid_df = cancer_data
-    constant = train_df.assign(target=0)  # a dataset whose labels are all one class: far lower logloss
-    trainer = XGBoostTrainer(
+def _xgb(train_df, valid_df) -> XGBoostTrainer:
+    return XGBoostTrainer(
         params={"objective": "binary:logistic", "eval_metric": ["logloss"], "max_depth": 2, "nthread": 1},
         label_column="target",
         num_boost_round=2,
         datasets={"train": train_df, "valid": valid_df},
         scaling_config=ScalingConfig(num_workers=1),
     )
+
+
+def test_a_grid_over_preprocessors_applies_each_trials_own(coordinator, cancer_data):
+    from ray.data.preprocessors import MinMaxScaler, StandardScaler
+
+    train_df, valid_df = cancer_data
     column = train_df.columns[0]
-    scalers = [StandardScaler(columns=[column]), MinMaxScaler(columns=[column])]
-    return Tuner(
-        trainer,
+    grid = Tuner(
+        _xgb(train_df, valid_df),
         param_space={
-            "preprocessor": tune.grid_search(scalers),
-            "datasets": {"train": tune.grid_search([train_df, constant])},
+            "preprocessor": tune.grid_search([StandardScaler(columns=[column]), MinMaxScaler(columns=[column])])
         },
-        tune_config=TuneConfig(metric="train-logloss", mode="min", max_concurrent_trials=2),
-        run_config=RunConfig(name="grid-over-objects", verbose=0),
+        tune_config=TuneConfig(metric="train-logloss", mode="min"),
+        run_config=RunConfig(name="grid-over-preprocessors", verbose=0),
     ).fit()
-
-
-def test_a_grid_over_preprocessors_applies_each_trials_own(xgb_grid):
-    assert len(xgb_grid) == 4 and xgb_grid.num_errors == 0
-    for result in xgb_grid:
+    assert len(grid) == 2 and grid.num_errors == 0
+    for result in grid:
         label = result.config["preprocessor"]
         assert label.startswith(("StandardScaler", "MinMaxScaler")), label
+        # The checkpoint holds the trial's own preprocessor, fitted on its data.
         fitted = result.checkpoint.get_preprocessor()
         assert type(fitted).__name__ == label.split("(")[0]
-    df = xgb_grid.get_dataframe()
-    assert sorted(set(df["config/preprocessor"].str.split("(").str[0])) == ["MinMaxScaler", "StandardScaler"]
+        stat = f"mean({column})" if label.startswith("Standard") else f"max({column})"
+        expected = train_df[column].mean() if label.startswith("Standard") else train_df[column].max()
+        assert fitted.stats_[stat] == pytest.approx(expected)
+    df = grid.get_dataframe()
+    assert sorted(df["config/preprocessor"].str.split("(").str[0]) == ["MinMaxScaler", "StandardScaler"]
 
 
-def test_a_grid_over_datasets_trains_each_trial_on_its_own(xgb_grid):
-    df = xgb_grid.get_dataframe()
-    assert sorted(df["config/datasets/train"]) == ["<DataFrame #0>"] * 2 + ["<DataFrame #1>"] * 2
-    real = df[df["config/datasets/train"] == "<DataFrame #0>"]["train-logloss"]
-    constant = df[df["config/datasets/train"] == "<DataFrame #1>"]["train-logloss"]
-    assert constant.max() < real.min() / 2
+def test_a_grid_over_datasets_trains_each_trial_on_its_own(coordinator, cancer_data):
+    train_df, valid_df = cancer_data
+    constant = train_df.assign(target=0)  # labels all of one class: a far lower logloss
+    grid = Tuner(
+        _xgb(train_df, valid_df),
+        param_space={"datasets": {"train": tune.grid_search([train_df, constant])}},
+        tune_config=TuneConfig(metric="train-logloss", mode="min"),
+        run_config=RunConfig(name="grid-over-datasets", verbose=0),
+    ).fit()
+    assert len(grid) == 2 and grid.num_errors == 0
+    df = grid.get_dataframe().set_index("config/datasets/train")
+    assert sorted(df.index) == ["<DataFrame #0>", "<DataFrame #1>"]
+    assert df.loc["<DataFrame #1>", "train-logloss"] < df.loc["<DataFrame #0>", "train-logloss"] / 2
+    # The valid set is the trainer's own in both.
+    assert df["valid-logloss"].notna().all()
 
 
 def _offset(x):
