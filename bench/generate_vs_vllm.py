@@ -391,10 +391,15 @@ def _measure_group(
                 results[("text", cell["size"])] = {"text": greedy_text(port, model, words(range(1, 13)))}
             names = ADAPTERS if cell["workload"] == "lora" else [model]
             texts = prompts(cell["workload"], SIZES[cell["size"]]["vocab_size"])
+            # Warm-up: one whole request per model name first (for the prefix workload it fills the
+            # prefix cache, so the cell measures prompts that share a cached prefix), then a short load.
+            for name in names:
+                greedy_text(port, name, texts[0], 2)
             warm = {"port": port, "models": names, "prompts": texts[:2], "concurrency": 2}
-            run_load({**warm, "max_tokens": 4, "seconds": 2}, workdir)  # warm-up: first use of shapes
+            run_load({**warm, "max_tokens": 4, "seconds": 2}, workdir)
             spec = {"port": port, "models": names, "prompts": texts, "concurrency": cell["concurrency"]}
             figures = run_load({**spec, "max_tokens": cell["max_tokens"], "seconds": args.seconds}, workdir)
+            figures["load1"] = os.getloadavg()[0]  # the machine's 1-minute load, printed beside the row
             key = (cell["workload"], cell["size"], cell["concurrency"], cell["max_tokens"])
             results[key] = figures
             print(json.dumps({"server": server_name, **cell, **figures}), flush=True)
