@@ -137,12 +137,12 @@ def test_stoppers_stop_a_searchs_trials_as_finished(coordinator):
     states = [(t.state, t.state_reason) for t in grid.trials]
     assert all(state == common_pb2.SUCCEEDED for state, _ in states), states
     assert all("stopped by the search's stopper" in reason for _, reason in states), states
-    # Stopped at its third result: a few more may come while the run is being stopped.
-    assert all(3 <= n < 20 for n in grid.get_dataframe()["training_iteration"])
+    # Stopped at its third result, as Ray's: the report waits for the stopper's decision.
+    assert list(grid.get_dataframe()["training_iteration"]) == [3, 3]
 
     grid = _search("stop-dict", {"training_iteration": 2})
     assert [t.state for t in grid.trials] == [common_pb2.SUCCEEDED] * 2
-    assert all(2 <= n < 20 for n in grid.get_dataframe()["training_iteration"])
+    assert list(grid.get_dataframe()["training_iteration"]) == [2, 2]
 
     grid = _search("stop-function", lambda trial_id, result: result["loss"] < 0.5)
     assert all(r.metrics["loss"] <= 0.5 for r in grid) and grid.num_errors == 0
@@ -156,3 +156,48 @@ def test_a_stoppers_stop_all_ends_the_search(coordinator):
     started = [t for t in grid.trials if t.run_id]
     assert len(started) == 2, [(t.state, t.state_reason) for t in grid.trials]
     assert all("stop_all" in t.state_reason for t in grid.trials), [t.state_reason for t in grid.trials]
+
+
+def _tight(config):
+    for i in range(config.get("steps", 20)):
+        # No work between reports: the loop runs far ahead of any stop that lags behind its results.
+        tune.report({"mean_accuracy": (i + 1) / 10})
+
+
+class StopAllAt(stopper.Stopper):
+    """The Tune guide's CustomStopper: stops every trial, and the search, once one reaches the accuracy."""
+
+    def __init__(self, accuracy):
+        self.accuracy, self.should_stop = accuracy, False
+
+    def __call__(self, trial_id, result):
+        self.should_stop = self.should_stop or result["mean_accuracy"] >= self.accuracy
+        return self.should_stop
+
+    def stop_all(self):
+        return self.should_stop
+
+
+def _tight_search(name, stop):
+    return Tuner(
+        tune.with_resources(_tight, {"cpu": 0.5}),
+        param_space={"x": tune.grid_search([1, 2]), "steps": 20},
+        run_config=RunConfig(name=name, stop=stop, verbose=0),
+    ).fit()
+
+
+@pytest.mark.timeout(300)
+def test_a_stopper_ends_a_trial_at_the_result_it_decided_on(coordinator):
+    # As in Ray, a trial's report waits for the stopper: two trials at once, each stopped at its 8th of 20.
+    grid = _tight_search("exact-function", lambda trial_id, result: result["training_iteration"] >= 8)
+    assert grid.num_errors == 0
+    assert [t.state for t in grid.trials] == [common_pb2.SUCCEEDED] * 2
+    assert [r.metrics["training_iteration"] for r in grid] == [8, 8]
+    assert [len(r.metrics_dataframe) for r in grid] == [8, 8]
+    assert all("training_iteration 8" in t.state_reason for t in grid.trials), [t.state_reason for t in grid.trials]
+
+    # A Stopper with stop_all: the trial that reached 0.8 ends at it, and no trial goes past it.
+    grid = _tight_search("exact-stop-all", StopAllAt(0.8))
+    assert grid.num_errors == 0
+    iterations = [r.metrics.get("training_iteration", 0) for r in grid]
+    assert max(iterations) == 8 and all(n <= 8 for n in iterations), iterations

@@ -429,6 +429,26 @@ def test_a_stop_criterion_reached_ends_the_run(tmp_path):
     _run(scenario())
 
 
+def test_reports_after_the_result_a_stop_was_decided_on_are_dropped(tmp_path):
+    async def scenario() -> None:
+        h = Harness(tmp_path)
+        h.controller.start()
+        group = await h.placement.next_group(1)
+        await h.report(0, 1, epoch=1.0)
+        h.controller.keep_reports_until(1)  # a search's stopper decided to stop on result 1
+        await h.report(1, 1, checkpoint="checkpoint_000001", epoch=1.0)  # the rest of result 1 still counts
+        await h.report(0, 2, epoch=2.0)
+        await h.report(1, 2, checkpoint="checkpoint_000002", epoch=2.0)
+        assert [e.metrics.report_index for e in h.events if e.HasField("metrics")] == [1]
+        assert h.checkpoints.checkpoints == ["checkpoint_000001"] and h.run.last_report_index == 1
+        assert h.run.latest_metrics["epoch"] == 1.0
+        group.finish(0)
+        group.finish(1)
+        await h.done()
+
+    _run(scenario())
+
+
 def test_a_report_from_a_stale_attempt_is_ignored(tmp_path):
     async def scenario() -> None:
         h = Harness(tmp_path)

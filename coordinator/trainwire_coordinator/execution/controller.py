@@ -265,6 +265,8 @@ class RunController:
         self._interrupt = asyncio.Event()
         self._commit_lock = asyncio.Lock()
         self._pending: dict[int, dict[int, worker_reports_pb2.TrainingReport]] = {}
+        # A stop decided on a result (run_config.stop, a search's stopper): later reports are not the run's.
+        self._keep_until: int | None = None
 
     @property
     def attempt(self) -> int:
@@ -612,6 +614,8 @@ class RunController:
         if isinstance(self.state, Running) and self.state.preparing:
             await self._transition(Running(self.state.world_size))
         msg = report.report
+        if self._keep_until is not None and msg.report_index > self._keep_until:
+            return  # the loop ran on while the stop reached it: as in Ray, the run ends at its result
         self.run.last_report_index = max(self.run.last_report_index, msg.report_index)
         by_rank = self._pending.setdefault(msg.report_index, {})
         by_rank[report.world_rank] = msg
@@ -624,10 +628,16 @@ class RunController:
             await self.callbacks.on_report(self.run, msg.report_index, msg.metrics)
             if stop_reached(self.request.run_config.stop, flatten_metrics(struct_to_dict(msg.metrics))):
                 self.signals.stop_reached = True
+                self.keep_reports_until(msg.report_index)
                 self._interrupt.set()
         if complete and any(r.checkpoint_id for r in by_rank.values()):
             await self._commit(msg.report_index, by_rank)
         await self.callbacks.after_report(self.run)
+
+    def keep_reports_until(self, report_index: int) -> None:
+        """Drops the run's reports after ``report_index``: a stop was decided on that result."""
+        if self._keep_until is None or report_index < self._keep_until:
+            self._keep_until = report_index
 
     async def _commit(self, index: int, by_rank: dict[int, worker_reports_pb2.TrainingReport]) -> None:
         checkpoint_id = next(r.checkpoint_id for r in by_rank.values() if r.checkpoint_id)

@@ -82,6 +82,8 @@ class TuneDriver:
         # The user's stopper, in an actor of the search; a dict stop is data, decided here.
         self.stopper = SearchStopper(tune.request.pickled_stopper) if tune.request.pickled_stopper else None
         self.stop_dict = dict(tune.request.trainer.run_config.stop)
+        # A trial run's stopper decision under way (run id -> it): its report waits for it (``decided``).
+        self.deciding: dict[str, asyncio.Task] = {}
         self.started_at: dict[int, float] = {}
         # Schedulers that Ray's TuneController drives (HyperBand, PBT, ...): this driver is their controller.
         self.sched = plan.scheduler if isinstance(plan.scheduler, ControllerScheduler) else None
@@ -393,7 +395,7 @@ class TuneDriver:
         metrics.setdefault("training_iteration", trial.iteration_offset + event.report_index)
         trial.last_result.CopyFrom(metrics_to_struct(metrics))
         trial.num_reports += 1
-        self._ask_stoppers(trial, reported, metrics, act)
+        self._ask_stoppers(trial, reported, metrics, act, event.report_index)
         metric, value = self.plan.metric, None
         if metric:
             if metric not in metrics:
@@ -597,12 +599,12 @@ class TuneDriver:
         await self.save()
 
     def _ask_stoppers(
-        self, trial: tune_pb2.Trial, reported: dict[str, Any], metrics: dict[str, Any], act: bool
+        self, trial: tune_pb2.Trial, reported: dict[str, Any], metrics: dict[str, Any], act: bool, report_index: int
     ) -> None:
         """A dict stop (here) and the user's stopper (its actor) decide on a result, as Ray's do."""
         iteration = metrics["training_iteration"]
         if act and trial.index not in self.stops and stop_reached(self.stop_dict, metrics):
-            self._stop_trial(trial, f"reached run_config.stop at training_iteration {iteration}")
+            self._stop_trial(trial, f"reached run_config.stop at training_iteration {iteration}", report_index)
         if self.stopper is None:
             return
         now_s = time.time()
@@ -619,25 +621,50 @@ class TuneDriver:
         # Submitted now, in report order; while replaying, only to rebuild the stopper's state.
         ref = self.stopper.decide(trial.run_id, result)
         if act:
-            self._spawn(self._act_on_stopper(trial, ref, iteration))
+            decision = self._act_on_stopper(trial, ref, iteration, report_index)
+            self.deciding[trial.run_id] = asyncio.get_running_loop().create_task(decision)
 
-    async def _act_on_stopper(self, trial: tune_pb2.Trial, ref: Any, iteration: Any) -> None:
+    async def decided(self, run_id: str) -> None:
+        """Waits for the stopper's decision on the trial run's latest result, if one is under way.
+
+        The run's report path waits here (``StopperGate``), as Ray's trial waits for its controller:
+        a trial the stopper stops ends at the result it decided on, not reports later.
+        """
+        task = self.deciding.pop(run_id, None)
+        if task is not None:
+            await asyncio.wait([task])  # shielded: the report path's end does not cancel the decision
+
+    async def _act_on_stopper(self, trial: tune_pb2.Trial, ref: Any, iteration: Any, report_index: int) -> None:
         assert self.stopper is not None
         try:
             stop_trial, stop_everything = await self.stopper.answer(ref)
         except TrainwireError as exc:
-            await self.fail(exc.message, exc.field)
+            self._keep_until(trial, report_index)
+            self._spawn(self.fail(exc.message, exc.field))
             return
+        # What follows from the decision is spawned: the trial's report waits for the decision only,
+        # not for runs to end (a cancel waits for its run's controller).
         if stop_trial and trial.index not in self.stops and trial.state not in TERMINAL:
-            self._stop_trial(trial, f"stopped by the search's stopper at training_iteration {iteration}")
+            self._stop_trial(trial, f"stopped by the search's stopper at training_iteration {iteration}", report_index)
         if stop_everything and not self.exhausted:
-            await self.stop_all("the search's stopper stopped the search (stop_all)")
+            self._keep_until(trial, report_index)  # the trial whose result stopped the search ends at it
+            self._spawn(self.stop_all("the search's stopper stopped the search (stop_all)"))
 
-    def _stop_trial(self, trial: tune_pb2.Trial, reason: str) -> None:
-        """Stops a trial as finished (Ray's TERMINATED): it ends SUCCEEDED with ``reason``."""
+    def _stop_trial(self, trial: tune_pb2.Trial, reason: str, report_index: int | None = None) -> None:
+        """Stops a trial as finished (Ray's TERMINATED): it ends SUCCEEDED with ``reason``.
+
+        Decided on the run's result ``report_index``: the reports its loop made after that one are dropped.
+        """
         self.stops[trial.index] = Stop(reason, early=False)
+        if report_index is not None:
+            self._keep_until(trial, report_index)
         if trial.run_id:
             self._spawn(self.runs.cancel(trial.run_id, reason))
+
+    def _keep_until(self, trial: tune_pb2.Trial, report_index: int) -> None:
+        controller = self.runs.controllers.get(trial.run_id) if trial.run_id else None
+        if controller is not None:
+            controller.keep_reports_until(report_index)
 
     def _trial_config(self, trial: tune_pb2.Trial) -> dict[str, Any]:
         config = merge_dicts(self.plan.space.constants, struct_to_dict(trial.config))

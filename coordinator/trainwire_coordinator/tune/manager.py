@@ -18,6 +18,7 @@ from trainwire_coordinator.metadata import MetadataStore
 from trainwire_coordinator.run_manager import RunManager
 from trainwire_coordinator.tune.checks import check_access, check_first_trial, make_plan
 from trainwire_coordinator.tune.driver import TUNE_ACTIVE, TuneDriver, now
+from trainwire_coordinator.tune.stoppers import StopperGate
 from trainwire_core.auth import current_caller
 from trainwire_core.errors import FailedPreconditionError, InvalidArgumentError, NotFoundError, TrainwireError
 from trainwire_core.v1 import common_pb2, coordinator_pb2, tune_pb2
@@ -49,6 +50,8 @@ class TuneManager:
         self.runs, self.metadata = runs, metadata
         self.drivers: dict[str, TuneDriver] = {}
         self.by_run: dict[str, TuneDriver] = {}
+        # Trial runs made from now on wait on each report for their search's stopper (a no-op without one).
+        runs.callbacks.append(StopperGate(self.by_run))
 
     def _follow_events(self, follow: bool = True) -> None:
         # The run event log tells this manager of its trials' events only while a search runs:

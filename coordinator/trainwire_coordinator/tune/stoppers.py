@@ -3,17 +3,23 @@
 The SDK pickles a ``tune.Stopper`` (or a function of ``(trial_id, result)``, as a
 ``FunctionStopper``); the coordinator never unpickles it. One actor per search holds it, as
 Ray's controller holds its stopper, and is asked about each result in the order they came.
+A trial run's report waits for the stopper's decision on it (``StopperGate``), as Ray's trial waits
+for its controller, so a trial the stopper stops ends at the result it was stopped on.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, Protocol
 
 import cloudpickle
 import ray
+from google.protobuf import struct_pb2
 
+from trainwire_coordinator.execution.callbacks import ControllerCallback
 from trainwire_core.errors import FailedPreconditionError
+from trainwire_core.v1 import coordinator_pb2
 
 logger = logging.getLogger(__name__)
 
@@ -66,3 +72,30 @@ class SearchStopper:
             ray.kill(self.actor, no_restart=True)
         except Exception:  # already gone (Ray shut down with the coordinator)
             logger.debug("the stopper actor was already gone", exc_info=True)
+
+
+class Decider(Protocol):
+    """A search's driver, as the gate sees it."""
+
+    async def decided(self, run_id: str) -> None: ...
+
+
+class StopperGate(ControllerCallback):
+    """Holds a search's trial run on each report until the search's stopper has decided on it.
+
+    Registered after the run's events (the search hears of the report there and submits it to its
+    stopper): the run's report stream takes its next report once the decision is made, and a stop
+    drops the reports the loop made meanwhile. Other runs pass at the cost of a dict look-up.
+
+    Args:
+        deciders: Trial run id -> an awaitable of the decision on its latest report (a search's driver).
+    """
+
+    def __init__(self, deciders: Mapping[str, Decider]) -> None:
+        self.deciders = deciders
+
+    async def on_report(self, run: coordinator_pb2.Run, report_index: int, metrics: struct_pb2.Struct) -> None:
+        """Returns once the stopper has decided on this report (at once for a run of no search)."""
+        driver = self.deciders.get(run.run_id)
+        if driver is not None:
+            await driver.decided(run.run_id)
