@@ -24,7 +24,7 @@ from trainwire.tune.registry import registered_trainable
 from trainwire.tune.result_grid import ResultGrid
 from trainwire.tune.search.optuna import OptunaSearch
 from trainwire.tune.search.sample import Categorical, Function, GridSearch, alternatives_domain
-from trainwire.tune.search.searcher import ConcurrencyLimiter
+from trainwire.tune.search.searcher import SearcherWrapper
 from trainwire.tune.search.variant_generator import Path, Searched, split_space
 from trainwire.tune.stopper import CombinedStopper, FunctionStopper, Stopper, as_stopper
 from trainwire.tune.trainable import as_trainer, is_function_trainable
@@ -90,7 +90,7 @@ def _searched_scaling_dict(sc: ScalingConfig) -> dict[str, Any]:
 
 
 def _innermost(search_alg: Any) -> Any:
-    while isinstance(search_alg, ConcurrencyLimiter):
+    while isinstance(search_alg, SearcherWrapper):
         search_alg = search_alg.searcher
     return search_alg
 
@@ -118,7 +118,7 @@ def _apply_tuner_kwargs(kwargs: dict[str, Any], run_config: RunConfig | None, tr
 def _nested_search_alg(search_alg: Any) -> Any:
     """A search algorithm whose space and points are a function trainable's config, keyed as its trainer's."""
     search_alg = copy.copy(search_alg)
-    if isinstance(search_alg, ConcurrencyLimiter):
+    if isinstance(search_alg, SearcherWrapper):
         search_alg.searcher = _nested_search_alg(search_alg.searcher)
         return search_alg
     if getattr(search_alg, "space", None):

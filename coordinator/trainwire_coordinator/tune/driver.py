@@ -74,6 +74,8 @@ class TuneDriver:
         self.version = 0
         self.stops: dict[int, Stop] = {}
         self.by_run: dict[str, tune_pb2.Trial] = {t.run_id: t for t in tune.trials if t.run_id}
+        for trial in tune.trials:  # a search taken over: a Repeater's begun group goes on with its config
+            plan.searcher.known(trial.index, flatten(struct_to_dict(trial.config)))
         self.needs: dict[int, dict[str, float]] = {}
         self.exhausted = False
         self.cancel_reason = ""

@@ -85,6 +85,9 @@ class Searcher(abc.ABC):
     def close(self) -> None:  # noqa: B027 - optional hook
         """Releases what the searcher holds (an actor)."""
 
+    def known(self, index: int, values: Values) -> None:  # noqa: B027 - optional hook
+        """Trial ``index`` was suggested ``values`` by a coordinator before this one (a search taken over)."""
+
 
 def planned_trials(num_samples: int, space: SearchSpace) -> int | None:
     """Ray's count: each grid point ``num_samples`` times; -1 samples: no end but the time budget."""
@@ -492,6 +495,109 @@ class RemoteSearcher(Searcher):
             logger.debug("the searcher's actor was already gone", exc_info=True)
 
 
+# Ray's tune.search.repeater.TRIAL_INDEX: a repeated trial's index in its group.
+TRIAL_INDEX = "__trial_index__"
+
+
+class RepeatSearcher(Searcher):
+    """Ray's Repeater: each configuration ``inner`` suggests runs ``repeat`` times.
+
+    Trial ``i`` is trial ``i % repeat`` of group ``i // repeat``; the group's first trial asks
+    ``inner`` for the configuration, as suggestion ``i // repeat``. Once every trial of a group has
+    ended, ``inner`` is told the mean of their metric values (NaN and missing ones left out, as
+    Ray's ``np.nanmean``), as that suggestion's result. A last group cut short by ``total`` is never
+    told, as in Ray.
+
+    Args:
+        inner: The search algorithm whose suggestions are repeated.
+        repeat: Trials per configuration.
+        index_path: Where ``__trial_index__`` goes in a trial's values (None: nowhere).
+    """
+
+    def __init__(self, inner: Searcher, repeat: int, index_path: tuple[str, ...] | None) -> None:
+        self.inner, self.repeat, self.index_path = inner, repeat, index_path
+        self.total, self.max_concurrent = inner.total, inner.max_concurrent
+        self.display_name, self.remote = inner.display_name, inner.remote
+        self.configs: dict[int, Values] = {}
+        self.ended: dict[int, dict[int, tuple[float, dict[str, Any] | None, bool]]] = {}
+        self.told: set[int] = set()
+
+    def _values(self, index: int, config: Values) -> Values:
+        values = dict(config)
+        if self.index_path is not None:
+            values[self.index_path] = index % self.repeat
+        return values
+
+    def suggest(self, index: int) -> Values | None:
+        if self.total is not None and index >= self.total:
+            return None
+        group = index // self.repeat
+        if group not in self.configs:
+            config = self.inner.suggest(group)
+            if config is None:
+                return None
+            self.configs[group] = config
+        return self._values(index, self.configs[group])
+
+    async def asuggest(self, index: int) -> Values | None:
+        if self.total is not None and index >= self.total:
+            return None
+        group = index // self.repeat
+        if group not in self.configs:
+            config = await self.inner.asuggest(group)
+            if config is None:
+                return None
+            self.configs[group] = config
+        return self._values(index, self.configs[group])
+
+    def known(self, index: int, values: Values) -> None:
+        # A group begun by the coordinator before this one goes on with its configuration.
+        self.configs.setdefault(index // self.repeat, {k: v for k, v in values.items() if k != self.index_path})
+
+    def on_complete(
+        self,
+        index: int,
+        values: Values,
+        value: float | None,
+        result: dict[str, Any] | None = None,
+        error: bool = False,
+    ) -> None:
+        group = index // self.repeat
+        ended = self.ended.setdefault(group, {})
+        ended[index] = (math.nan if value is None else value, result, error)
+        if group in self.told or len(ended) < self.repeat:
+            return
+        self.told.add(group)
+        scores = [score for score, _, _ in ended.values() if not math.isnan(score)]
+        mean = sum(scores) / len(scores) if scores else None
+        failed = [e for _, _, e in ended.values()]
+        config = {k: v for k, v in values.items() if k != self.index_path}
+        self.inner.on_complete(
+            group,
+            config,
+            mean,
+            result=_mean_result(r for _, r, _ in ended.values()),
+            error=(mean is None and any(failed)),
+        )
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def _mean_result(results: Any) -> dict[str, Any] | None:
+    """The mean of each number every result holds (a multi-objective searcher reads its metrics there)."""
+    given = [r for r in results if r is not None]
+    if not given:
+        return None
+    out: dict[str, Any] = {}
+    for key in set.intersection(*(set(r) for r in given)):
+        numbers = [r[key] for r in given if isinstance(r[key], int | float) and not isinstance(r[key], bool)]
+        finite = [float(n) for n in numbers if math.isfinite(n)]
+        if len(numbers) == len(given) and finite:
+            out[key] = sum(finite) / len(finite)
+    return out
+
+
 def _check_objectives(alg: tune_pb2.SearchAlgorithm) -> None:
     """Multi-objective metric and mode lists, as Ray's OptunaSearch takes them."""
     if not alg.metrics and not alg.modes:
@@ -525,7 +631,28 @@ def _check_objectives(alg: tune_pb2.SearchAlgorithm) -> None:
 
 
 def make_searcher(request: tune_pb2.TuneRequest, space: SearchSpace, mode: str) -> Searcher:
-    """The request's search algorithm (default: BasicVariantGenerator)."""
+    """The request's search algorithm (default: BasicVariantGenerator), repeated when it asks (Repeater)."""
+    alg = request.tune_config.search_alg
+    if alg.repeat < 0:
+        raise InvalidArgumentError("repeat must be >= 1", field=f"{SEARCHER_FIELD}.repeat")
+    searcher = _make_searcher(request, space, mode)
+    if alg.repeat <= 1:
+        return searcher
+    total = planned_trials(request.tune_config.num_samples, space)
+    if total is not None and total % alg.repeat:
+        logger.warning(  # Ray's warning: the trials of a last, partial group are not told to the searcher
+            "`num_samples` is now expected to be the total number of trials, including the repeat trials. "
+            "Any leftover trials (num_samples mod repeat) will be ignored."
+        )
+    loop = request.trainer.WhichOneof("trainer") == "data_parallel"
+    index_path = None
+    if not alg.repeat_without_index:
+        # A loop reads it from its config, as a Ray function trainable does; other trainers' configs record it.
+        index_path = ("train_loop_config", TRIAL_INDEX) if loop else (TRIAL_INDEX,)
+    return RepeatSearcher(searcher, alg.repeat, index_path)
+
+
+def _make_searcher(request: tune_pb2.TuneRequest, space: SearchSpace, mode: str) -> Searcher:
     alg = request.tune_config.search_alg
     if alg.max_concurrent < 0:
         raise InvalidArgumentError("max_concurrent must be >= 0", field="tune_config.search_alg.max_concurrent")

@@ -81,7 +81,7 @@ class TrialScheduler(_message.Message):
     def __init__(self, name: _Optional[str] = ..., time_attr: _Optional[str] = ..., max_t: _Optional[float] = ..., grace_period: _Optional[float] = ..., reduction_factor: _Optional[float] = ..., brackets: _Optional[int] = ..., metric: _Optional[str] = ..., mode: _Optional[str] = ..., options: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., pickled_code: _Optional[bytes] = ...) -> None: ...
 
 class SearchAlgorithm(_message.Message):
-    __slots__ = ("name", "seed", "max_concurrent", "metric", "mode", "points_to_evaluate", "pickled_space", "metrics", "modes")
+    __slots__ = ("name", "seed", "max_concurrent", "metric", "mode", "points_to_evaluate", "pickled_space", "metrics", "modes", "repeat", "repeat_without_index")
     NAME_FIELD_NUMBER: _ClassVar[int]
     SEED_FIELD_NUMBER: _ClassVar[int]
     MAX_CONCURRENT_FIELD_NUMBER: _ClassVar[int]
@@ -91,6 +91,8 @@ class SearchAlgorithm(_message.Message):
     PICKLED_SPACE_FIELD_NUMBER: _ClassVar[int]
     METRICS_FIELD_NUMBER: _ClassVar[int]
     MODES_FIELD_NUMBER: _ClassVar[int]
+    REPEAT_FIELD_NUMBER: _ClassVar[int]
+    REPEAT_WITHOUT_INDEX_FIELD_NUMBER: _ClassVar[int]
     name: str
     seed: int
     max_concurrent: int
@@ -100,7 +102,9 @@ class SearchAlgorithm(_message.Message):
     pickled_space: bytes
     metrics: _containers.RepeatedScalarFieldContainer[str]
     modes: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, name: _Optional[str] = ..., seed: _Optional[int] = ..., max_concurrent: _Optional[int] = ..., metric: _Optional[str] = ..., mode: _Optional[str] = ..., points_to_evaluate: _Optional[_Iterable[_Union[_struct_pb2.Struct, _Mapping]]] = ..., pickled_space: _Optional[bytes] = ..., metrics: _Optional[_Iterable[str]] = ..., modes: _Optional[_Iterable[str]] = ...) -> None: ...
+    repeat: int
+    repeat_without_index: bool
+    def __init__(self, name: _Optional[str] = ..., seed: _Optional[int] = ..., max_concurrent: _Optional[int] = ..., metric: _Optional[str] = ..., mode: _Optional[str] = ..., points_to_evaluate: _Optional[_Iterable[_Union[_struct_pb2.Struct, _Mapping]]] = ..., pickled_space: _Optional[bytes] = ..., metrics: _Optional[_Iterable[str]] = ..., modes: _Optional[_Iterable[str]] = ..., repeat: _Optional[int] = ..., repeat_without_index: _Optional[bool] = ...) -> None: ...
 
 class TuneConfig(_message.Message):
     __slots__ = ("metric", "mode", "num_samples", "max_concurrent_trials", "search_alg", "scheduler", "time_budget_s")

@@ -83,7 +83,21 @@ class BasicVariantGenerator(Searcher):
         self.seed = random_state
 
 
-class ConcurrencyLimiter(Searcher):
+class SearcherWrapper(Searcher):
+    """A search algorithm around another one (ConcurrencyLimiter, Repeater, SearchGenerator): ``searcher``."""
+
+    searcher: Searcher
+
+
+def _wrapped(searcher: Any, owner: str) -> Searcher:
+    if not isinstance(searcher, Searcher):
+        raise InvalidArgumentError(
+            f"{owner} takes a trainwire search algorithm, got {type(searcher).__name__}", field="search_alg"
+        )
+    return searcher
+
+
+class ConcurrencyLimiter(SearcherWrapper):
     """Runs at most ``max_concurrent`` of ``searcher``'s trials at once, as Ray's.
 
     Args:
@@ -93,11 +107,7 @@ class ConcurrencyLimiter(Searcher):
     """
 
     def __init__(self, searcher: Searcher, max_concurrent: int, batch: bool = False) -> None:
-        if not isinstance(searcher, Searcher):
-            raise InvalidArgumentError(
-                f"ConcurrencyLimiter takes a trainwire search algorithm, got {type(searcher).__name__}",
-                field="search_alg",
-            )
+        _wrapped(searcher, "ConcurrencyLimiter")
         if isinstance(max_concurrent, bool) or not isinstance(max_concurrent, int) or max_concurrent < 1:
             raise InvalidArgumentError(
                 f"search_alg.max_concurrent must be an integer >= 1, got {max_concurrent!r}",
@@ -111,3 +121,64 @@ class ConcurrencyLimiter(Searcher):
         msg = self.searcher.to_proto()
         msg.max_concurrent = self.max_concurrent
         return msg
+
+
+class Repeater(SearcherWrapper):
+    """Runs each configuration ``searcher`` suggests ``repeat`` times, as ``ray.tune.search.Repeater``.
+
+    The searcher sees one trial per group: once all of a group's trials have ended, it is told
+    the mean of their final metric (NaN values left out). Set ``TuneConfig(num_samples=...)`` to a
+    multiple of ``repeat``: it counts every trial, repeats included (a last, partial group runs but
+    its searcher is never told, as in Ray). The grouping runs in the coordinator.
+
+    Args:
+        searcher: The search algorithm whose suggestions are repeated.
+        repeat: Trials per configuration (>= 1).
+        set_index: Puts ``__trial_index__`` (0 to ``repeat - 1``) in each trial's config, e.g. for seeds.
+    """
+
+    def __init__(self, searcher: Searcher, repeat: int = 1, set_index: bool = True) -> None:
+        _wrapped(searcher, "Repeater")
+        if isinstance(repeat, bool) or not isinstance(repeat, int) or repeat < 1:
+            raise InvalidArgumentError(
+                f"search_alg.repeat must be an integer >= 1, got {repeat!r}", field="search_alg.repeat"
+            )
+        if _repeats(searcher):
+            raise InvalidArgumentError("a Repeater cannot wrap another Repeater", field="search_alg.repeat")
+        super().__init__()
+        self.metric, self.mode = searcher.metric, searcher.mode
+        self.searcher, self.repeat, self.set_index = searcher, repeat, bool(set_index)
+
+    def to_proto(self) -> tune_pb2.SearchAlgorithm:
+        msg = self.searcher.to_proto()
+        msg.repeat = self.repeat
+        msg.repeat_without_index = not self.set_index
+        return msg
+
+
+def _repeats(searcher: Searcher) -> bool:
+    while isinstance(searcher, SearcherWrapper):
+        if isinstance(searcher, Repeater):
+            return True
+        searcher = searcher.searcher
+    return False
+
+
+class SearchGenerator(SearcherWrapper):
+    """A Searcher as a search algorithm, as Ray's ``SearchGenerator``: the Tuner takes either.
+
+    Ray's Tuner wraps every Searcher in one; here the coordinator runs the searcher it wraps,
+    so this sends that searcher as it is.
+
+    Args:
+        searcher: The search algorithm.
+    """
+
+    def __init__(self, searcher: Searcher) -> None:
+        _wrapped(searcher, "SearchGenerator")
+        super().__init__()
+        self.metric, self.mode = searcher.metric, searcher.mode
+        self.searcher = searcher
+
+    def to_proto(self) -> tune_pb2.SearchAlgorithm:
+        return self.searcher.to_proto()
