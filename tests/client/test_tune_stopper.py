@@ -201,3 +201,52 @@ def test_a_stopper_ends_a_trial_at_the_result_it_decided_on(coordinator):
     assert grid.num_errors == 0
     iterations = [r.metrics.get("training_iteration", 0) for r in grid]
     assert max(iterations) == 8 and all(n <= 8 for n in iterations), iterations
+
+
+def _fails_or_waits(config):
+    import time
+
+    if config["should_fail"]:
+        raise RuntimeError("Failing (on purpose)!")
+    time.sleep(30)  # far longer than the other trial takes to fail: it must be stopped, not finish
+    tune.report({"mean_accuracy": 0.9})
+
+
+@pytest.mark.timeout(300)
+def test_fail_fast_ends_the_search_at_the_first_trial_error(coordinator):
+    from trainwire import FailureConfig
+
+    grid = Tuner(
+        tune.with_resources(_fails_or_waits, {"cpu": 0.5}),
+        param_space={"should_fail": tune.grid_search([True, False])},
+        run_config=RunConfig(name="fail-fast", failure_config=FailureConfig(fail_fast=True), verbose=0),
+    ).fit()
+    failed, other = grid.trials
+    assert failed.state == common_pb2.FAILED and grid.num_errors == 1
+    assert "fail_fast" in other.state_reason, other.state_reason
+    assert not grid[1].metrics.get("training_iteration"), grid[1].metrics
+
+
+def _slow_steps(config):
+    import time
+
+    for i in range(100):  # 20 s unless stopped
+        time.sleep(0.2)
+        tune.report({"i": i})
+
+
+@pytest.mark.timeout(300)
+def test_a_stop_on_time_total_s_and_a_time_budget_stop_a_lone_trial(coordinator):
+    # time_total_s is one of Ray's auto-filled keys: the loop never reports it.
+    grid = Tuner(_slow_steps, run_config=RunConfig(name="stop-time", stop={"time_total_s": 2}, verbose=0)).fit()
+    trial = grid.trials[0]
+    assert trial.state == common_pb2.SUCCEEDED and "run_config.stop" in trial.state_reason, trial.state_reason
+    assert grid[0].metrics["training_iteration"] < 40
+
+    # The search's only trial was suggested at once: its budget still ends it.
+    grid = Tuner(
+        _slow_steps, tune_config=TuneConfig(time_budget_s=2), run_config=RunConfig(name="budget", verbose=0)
+    ).fit()
+    trial = grid.trials[0]
+    assert trial.early_stopped and "time budget" in trial.state_reason, trial.state_reason
+    assert grid[0].metrics["training_iteration"] < 40

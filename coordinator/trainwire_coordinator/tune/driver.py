@@ -78,6 +78,9 @@ class TuneDriver:
             plan.searcher.known(trial.index, flatten(struct_to_dict(trial.config)))
         self.needs: dict[int, dict[str, float]] = {}
         self.exhausted = False
+        # Set once the search is being ended early (stop_all, its time budget, fail_fast, a cancel or a
+        # failure): unlike ``exhausted`` (no trial left to suggest), its running trials are being stopped.
+        self.ending = False
         self.cancel_reason = ""
         self.task: asyncio.Task | None = None
         self._save_task: asyncio.Task | None = None
@@ -113,7 +116,7 @@ class TuneDriver:
                 # Cleared before the work, not after: a trial that ends meanwhile wakes the next wait.
                 self.wake.clear()
                 await self._over_budget()
-                if self.stopper is not None and not self.exhausted and await self.stopper.stop_all():
+                if self.stopper is not None and not self.ending and await self.stopper.stop_all():
                     await self.stop_all("the search's stopper stopped the search (stop_all)")
                 await self._fill()
                 if self.exhausted and not self._active():
@@ -148,7 +151,7 @@ class TuneDriver:
 
     async def stop_all(self, reason: str) -> None:
         """Ends the search as finished (Ray's stop_all): no new trials, running ones stop as finished."""
-        self.exhausted = True
+        self.exhausted = self.ending = True
         for trial in self._active():
             if trial.run_id:
                 self.stops.setdefault(trial.index, Stop(reason, early=False))
@@ -159,9 +162,9 @@ class TuneDriver:
 
     async def _over_budget(self) -> None:
         budget = self.tune.request.tune_config.time_budget_s
-        if not budget or self.exhausted or time.time() - self.budget_from < budget:
+        if not budget or self.ending or time.time() - self.budget_from < budget:
             return
-        self.exhausted = True
+        self.exhausted = self.ending = True
         reason = f"the search's time budget of {budget:g} s is spent"
         for trial in self._active():
             if trial.run_id:
@@ -304,7 +307,7 @@ class TuneDriver:
         """Ends the search FAILED: no new trials, running ones are cancelled."""
         if self.tune.state not in TUNE_ACTIVE:
             return
-        self.exhausted = True
+        self.exhausted = self.ending = True
         await self.end(common_pb2.FAILED, reason, field)
         for trial in self._active():
             if trial.run_id:
@@ -313,7 +316,7 @@ class TuneDriver:
     async def cancel(self, reason: str) -> None:
         """Stops the search: no new trials, running ones are cancelled."""
         self.cancel_reason = reason
-        self.exhausted = True
+        self.exhausted = self.ending = True
         for trial in self._active():
             if trial.run_id:
                 await self.runs.cancel(trial.run_id, reason)
@@ -382,6 +385,8 @@ class TuneDriver:
                 self._paused(trial)
                 return
             trial.state, trial.state_reason = change.state, change.reason
+            if change.state == common_pb2.RUNNING and not trial.num_reports:
+                self.started_at[trial.index] = time.time()  # Ray counts a trial's time from its start, not its wait
             if change.state in TERMINAL:
                 self._trial_ended(trial)
                 self.wake.set()
@@ -605,18 +610,19 @@ class TuneDriver:
     ) -> None:
         """A dict stop (here) and the user's stopper (its actor) decide on a result, as Ray's do."""
         iteration = metrics["training_iteration"]
-        if act and trial.index not in self.stops and stop_reached(self.stop_dict, metrics):
+        now_s = time.time()
+        started = self.started_at.setdefault(trial.index, now_s)
+        # Ray's auto-filled keys a stop may name (``{"time_total_s": 5}``); the loop's own values win.
+        auto = {"timestamp": int(now_s), "time_total_s": now_s - started}
+        if act and trial.index not in self.stops and stop_reached(self.stop_dict, {**auto, **metrics}):
             self._stop_trial(trial, f"reached run_config.stop at training_iteration {iteration}", report_index)
         if self.stopper is None:
             return
-        now_s = time.time()
-        started = self.started_at.setdefault(trial.index, now_s)
         result = {
+            **auto,
             **reported,
             "training_iteration": iteration,
             "trial_id": trial.run_id,
-            "timestamp": int(now_s),
-            "time_total_s": now_s - started,
             "config": self._trial_config(trial),
             "done": False,
         }
@@ -648,7 +654,7 @@ class TuneDriver:
         # not for runs to end (a cancel waits for its run's controller).
         if stop_trial and trial.index not in self.stops and trial.state not in TERMINAL:
             self._stop_trial(trial, f"stopped by the search's stopper at training_iteration {iteration}", report_index)
-        if stop_everything and not self.exhausted:
+        if stop_everything and not self.ending:
             self._keep_until(trial, report_index)  # the trial whose result stopped the search ends at it
             self._spawn(self.stop_all("the search's stopper stopped the search (stop_all)"))
 
@@ -693,6 +699,13 @@ class TuneDriver:
                 trial.state = common_pb2.SUCCEEDED
         self.tell_searcher(trial)
         self._update_best()
+        if trial.state == common_pb2.FAILED and not self.ending and self._fails_fast():
+            # Ray's fail_fast: the first trial error ends the search; the other trials stop where they are.
+            reason = f"trial {trial.index} failed and the search fails fast (FailureConfig(fail_fast=True))"
+            self._spawn(self.stop_all(reason))
+
+    def _fails_fast(self) -> bool:
+        return self.tune.request.trainer.run_config.failure_config.fail_fast
 
     def last_value(self, trial: tune_pb2.Trial) -> float | None:
         """The search metric in the trial's last result (None: none, or not a finite number)."""
