@@ -1,4 +1,5 @@
-"""``ray.tune.utils``: the config helpers Ray's examples use (``flatten_dict``, ``merge_dicts``, ``deep_update``)."""
+"""``ray.tune.utils``: the config helpers Ray's examples use (``flatten_dict``, ``merge_dicts``, ``deep_update``)
+and Ray's diagnostics (``diagnose_serialization``, ``validate_save_restore``, ``wait_for_gpu``, ``UtilMonitor``)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,20 @@ import os
 import time
 from typing import Any
 
-__all__ = ["date_str", "deep_update", "flatten_dict", "merge_dicts", "unflattened_lookup", "warn_if_slow"]
+from trainwire.tune.utils.util import UtilMonitor, diagnose_serialization, validate_save_restore, wait_for_gpu
+
+__all__ = [
+    "UtilMonitor",
+    "date_str",
+    "deep_update",
+    "diagnose_serialization",
+    "flatten_dict",
+    "merge_dicts",
+    "unflattened_lookup",
+    "validate_save_restore",
+    "wait_for_gpu",
+    "warn_if_slow",
+]
 
 logger = logging.getLogger(__name__)
 # As Ray's: no warnings in the first minute after import (start-up is slow anyway).
