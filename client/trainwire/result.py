@@ -45,8 +45,12 @@ class Result:
         checkpoint: The latest committed checkpoint, or None.
         error: The worker error that ended the run, or None.
         path: URI of the run's directory in the shared store.
-        metrics_dataframe: Every report of rank 0, one row each.
+        metrics_dataframe: Every report of rank 0, one row each (None when the Result was built without it).
         best_checkpoints: (checkpoint, metrics) pairs, best first.
+        return_value: What rank 0's ``train_loop_per_worker`` returned, or None (it returned None, the run
+            did not succeed, or its framework runs no loop), as Ray 2.60's ``Result.return_value``. The
+            worker pickles it (cloudpickle) into the run's directory; it is unpickled here, in the SDK's
+            process only, when the Result is built.
         run_id: The run's id; ``name`` its name; ``state`` its final state.
         config: A search trial's parameters, keyed like the Tuner's param_space (else empty).
     """
@@ -55,8 +59,9 @@ class Result:
     checkpoint: Checkpoint | None
     error: WorkerFailure | None
     path: str
-    metrics_dataframe: pd.DataFrame
+    metrics_dataframe: pd.DataFrame | None = None
     best_checkpoints: list[tuple[Checkpoint, dict[str, Any]]] = field(default_factory=list)
+    return_value: Any = None
     run_id: str = ""
     name: str = ""
     state: str = ""
@@ -75,7 +80,8 @@ class Result:
         from trainwire.plotting import RunHistory, plot_histories
 
         # Row i is report i + 1 (a metric missing from a report is NaN there, and skipped).
-        rows = [(i + 1, 0.0, row) for i, row in enumerate(self.metrics_dataframe.to_dict("records"))]
+        frame = self.metrics_dataframe if self.metrics_dataframe is not None else pd.DataFrame()
+        rows = [(i + 1, 0.0, row) for i, row in enumerate(frame.to_dict("records"))]
         return plot_histories([RunHistory(self.name or self.run_id, rows)], path, metrics)
 
     @property
@@ -134,4 +140,27 @@ class Result:
             run_id=run.run_id,
             name=run.name,
             state=common_pb2.RunState.Name(run.state),
+            # Ray gives the return value of a run that completed only.
+            return_value=read_return_value(run.path) if run.state == common_pb2.SUCCEEDED else None,
         )
+
+
+def read_return_value(run_path: str) -> Any:
+    """Unpickles rank 0's return value from a run's directory (``return_value.pkl``), or None when absent.
+
+    The file is the worker's cloudpickle of the loop's return; reading it here runs its code in the
+    user's own process, which sent the loop, never in a service.
+    """
+    if not run_path:
+        return None
+    import cloudpickle
+    import pyarrow.fs as pafs
+
+    from trainwire_core.storage import RETURN_VALUE_NAME, resolve
+
+    fs, root = resolve(run_path)
+    path = f"{root.rstrip('/')}/{RETURN_VALUE_NAME}"
+    if fs.get_file_info(path).type != pafs.FileType.File:
+        return None
+    with fs.open_input_stream(path) as f:
+        return cloudpickle.loads(f.read())

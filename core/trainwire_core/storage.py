@@ -30,6 +30,8 @@ MANIFEST_NAME = "manifest.json"
 INDEX_NAME = "checkpoints.json"
 # A model's aliases and traffic policy, beside its index (written by the coordinator's ModelRegistry).
 ALIASES_NAME = "aliases.json"
+# Rank 0's pickled train_loop_per_worker return value, in the run's directory; the SDK reads it.
+RETURN_VALUE_NAME, RETURN_VALUE_MAX_BYTES = "return_value.pkl", 16 << 20
 # What a run id may look like when a model name is taken as one: a plain path component only.
 RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 # Ranks other than 0 upload a checkpoint under this prefix; the commit merges their files in.

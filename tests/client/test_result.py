@@ -47,3 +47,24 @@ def test_from_path_reads_the_run_back_and_filesystem_holds_its_path(coordinator)
 def test_from_path_of_no_run_is_not_found(coordinator):
     with pytest.raises(NotFoundError):
         Result.from_path("file:///nowhere/runs/run-that-does-not-exist")
+
+
+def rank_return_loop(config):
+    train.report({"step": 1})
+    return {"rank": train.get_context().get_world_rank(), "fn": lambda x: x + 1}
+
+
+def test_return_value_is_rank_zero_loop_return(coordinator):
+    result = DataParallelTrainer(rank_return_loop, scaling_config=ScalingConfig(num_workers=2)).fit()
+    assert result.return_value["rank"] == 0
+    assert result.return_value["fn"](1) == 2  # cloudpickled: a lambda travels
+    assert Result.from_path(result.path).return_value["rank"] == 0
+
+
+def test_read_return_value_is_none_without_the_file_and_a_default_frame_is_none(tmp_path):
+    from trainwire.result import read_return_value
+
+    assert read_return_value(str(tmp_path)) is None
+    assert read_return_value("") is None
+    result = Result(metrics={}, checkpoint=None, error=None, path="")
+    assert result.metrics_dataframe is None and result.return_value is None

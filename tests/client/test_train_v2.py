@@ -229,6 +229,7 @@ def local_loop(config):
                 validation=True,
             )
     assert len(train.get_all_reported_checkpoints()) == config["steps"]
+    return "local done"
 
 
 def test_local_mode_runs_the_loop_in_this_process_without_a_coordinator(tmp_path, monkeypatch):
@@ -262,6 +263,7 @@ def test_local_mode_runs_the_loop_in_this_process_without_a_coordinator(tmp_path
     assert list(result.metrics_dataframe["val"]) == [0, 1, 2]
     assert [m["val"] for _, m in result.best_checkpoints] == [2, 1, 0]
     assert [c for _, c in recorder.reports] == [True, True, True]
+    assert result.return_value == "local done"
 
 
 def test_v2_configs():

@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import posixpath
 import tempfile
 import threading
 import traceback
 from collections.abc import Callable
 from typing import Any
 
+import cloudpickle
+
 from trainwire.checkpoint import Checkpoint
 from trainwire.config import SyncConfig
 from trainwire.train.context import set_session
-from trainwire_core.storage import Store
+from trainwire_core.storage import RETURN_VALUE_MAX_BYTES, RETURN_VALUE_NAME, Store
 from trainwire_core.v1 import common_pb2, coordinator_pb2, worker_reports_pb2
 from trainwire_core.worker_runtime import WorkerRun, free_port
 from trainwire_worker.artifacts import ArtifactSyncer
@@ -22,6 +25,26 @@ from trainwire_worker.log_capture import LogCapture, worker_shipper
 from trainwire_worker.report_client import ReportStreamClient
 from trainwire_worker.runtime_env import PreparedEnv, activated, prepare
 from trainwire_worker.session import WorkerSession
+
+
+def write_return_value(store: Store, run_id: str, value: Any) -> None:
+    """Pickles rank 0's loop return into the run's directory, where ``Result.return_value`` reads it.
+
+    None is written too, so a value an earlier attempt left is never taken for this one's.
+
+    Raises:
+        ValueError: The value cannot be pickled, or its pickle exceeds RETURN_VALUE_MAX_BYTES.
+    """
+    try:
+        data = cloudpickle.dumps(value)
+    except Exception as exc:
+        raise ValueError(f"train_loop_per_worker's return_value cannot be pickled: {exc}") from exc
+    if len(data) > RETURN_VALUE_MAX_BYTES:
+        raise ValueError(
+            f"train_loop_per_worker's return_value is {len(data)} bytes pickled, over the limit of "
+            f"{RETURN_VALUE_MAX_BYTES}: return something smaller (save large objects in a checkpoint)"
+        )
+    store.write_bytes(posixpath.join(store.run_dir(run_id), RETURN_VALUE_NAME), data)
 
 
 def worker_error(rank: int, attempt: int, exc: BaseException) -> common_pb2.WorkerError:
@@ -126,7 +149,9 @@ class TrainWorker:
                 env = request.run_config.runtime_env
                 prepared = prepare(store, env, status) if request.run_config.HasField("runtime_env") else PreparedEnv()
                 with activated(prepared):
-                    train_fn(self, request)
+                    value = train_fn(self, request)
+            if context.world_rank == 0:
+                write_return_value(store, context.run_id, value)
         except BaseException as exc:  # noqa: BLE001 - reported with rank and traceback
             err = worker_error(context.world_rank, context.attempt, exc)
             reports.send(

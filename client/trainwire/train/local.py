@@ -343,11 +343,12 @@ def run_local(trainer: LocalTrainer) -> Result:
     session.user_callbacks = [c for c in callbacks if isinstance(c, UserCallback)]
     error: WorkerFailure | None = None
     set_session(session)
+    return_value: Any = None
     try:
         if inspect.signature(loop).parameters:
-            loop(dict(trainer.train_loop_config or {}))
+            return_value = loop(dict(trainer.train_loop_config or {}))
         else:
-            loop()
+            return_value = loop()
     except Exception as exc:  # the Result carries it, as a run's does
         error = WorkerFailure(0, type(exc).__name__, str(exc), "".join(traceback.format_exception(exc)))
         dispatch(session.user_callbacks, "after_exception", TrainRunContext(name, name), {0: exc})
@@ -364,6 +365,7 @@ def run_local(trainer: LocalTrainer) -> Result:
         run_id=name,
         name=name,
         state="FAILED" if error else "SUCCEEDED",
+        return_value=None if error else return_value,
     )
     if error is not None:
         raise TrainingFailedError(f"local run {name!r} failed: {error}", result)

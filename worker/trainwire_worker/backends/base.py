@@ -91,13 +91,12 @@ def load_train_loop(spec: coordinator_pb2.DataParallelSpec) -> tuple[Callable[..
     return fn, config
 
 
-def run_train_loop(worker: TrainWorker, request: coordinator_pb2.FitRequest) -> None:
-    """Calls ``train_loop_per_worker(config)`` (or with no argument if it takes none)."""
+def run_train_loop(worker: TrainWorker, request: coordinator_pb2.FitRequest) -> Any:
+    """Calls ``train_loop_per_worker(config)`` (or with no argument if it takes none); returns its return."""
     fn, config = load_train_loop(request.data_parallel)
     if inspect.signature(fn).parameters:
-        fn(config)
-    else:
-        fn()
+        return fn(config)
+    return fn()
 
 
 class DataParallelBackend(WorkerBackend):

@@ -1,0 +1,30 @@
+"""The worker actor's return-value file: what rank 0 writes and the SDK's Result reads back."""
+
+from __future__ import annotations
+
+import pytest
+
+from trainwire.result import read_return_value
+from trainwire_core.storage import RETURN_VALUE_MAX_BYTES, Store
+from trainwire_worker.actor import write_return_value
+
+
+def test_return_value_round_trips_and_none_replaces_an_earlier_value(tmp_path):
+    store = Store(str(tmp_path))
+    write_return_value(store, "run1", {"acc": 0.9})
+    run_path = store.uri_of(store.run_dir("run1"))
+    assert read_return_value(run_path) == {"acc": 0.9}
+    write_return_value(store, "run1", None)  # a later attempt that returned None
+    assert read_return_value(run_path) is None
+
+
+def test_a_return_value_past_the_limit_is_refused_by_name(tmp_path):
+    with pytest.raises(ValueError, match="return_value is .* over the limit"):
+        write_return_value(Store(str(tmp_path)), "run1", b"x" * (RETURN_VALUE_MAX_BYTES + 1))
+
+
+def test_a_return_value_that_cannot_be_pickled_is_refused_by_name(tmp_path):
+    import threading
+
+    with pytest.raises(ValueError, match="return_value cannot be pickled"):
+        write_return_value(Store(str(tmp_path)), "run1", threading.Lock())
