@@ -101,6 +101,10 @@ class ScalingConfig:
         resources_per_worker: Resources each worker reserves; default {"CPU": 1}.
         trainer_resources: Extra resources reserved for the run's trainer bundle.
         placement_strategy: PACK, SPREAD, STRICT_PACK or STRICT_SPREAD.
+        elastic_resize_monitor_interval_s: Ray 2.60's polling period (>= 0) for growing an elastic group.
+            trainwire does not poll: an elastic group is considered for growth at each committed
+            checkpoint (a resize restarts from one), so the value is checked and kept, and changes
+            nothing.
 
     As in Ray, any field may hold a search domain (``tune.grid_search([1, 2])``,
     ``tune.choice(...)``) when the config is a Tuner's ``param_space["scaling_config"]``: the
@@ -113,6 +117,7 @@ class ScalingConfig:
     trainer_resources: dict[str, float] | None = None
     placement_strategy: str = "PACK"
     accelerator_type: str | None = None
+    elastic_resize_monitor_interval_s: float = 60.0
 
     @classmethod
     def coerce(cls, value: object) -> ScalingConfig:
@@ -165,6 +170,9 @@ class ScalingConfig:
             )
         _check_resources(self.resources_per_worker, "scaling_config.resources_per_worker")
         _check_resources(self.trainer_resources, "scaling_config.trainer_resources")
+        interval = self.elastic_resize_monitor_interval_s
+        if isinstance(interval, bool) or not isinstance(interval, int | float) or interval < 0:
+            raise ValueError("ScalingConfig(elastic_resize_monitor_interval_s) must be non-negative.")
         accelerator = self.accelerator_type
         if accelerator is not None and (
             not isinstance(accelerator, str) or not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", accelerator)

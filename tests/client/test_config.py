@@ -142,3 +142,10 @@ def test_ranks_writing_the_same_file_commit_what_the_manifest_lists(tmp_path):
     assert store.read_bytes(f"{directory}/model.pkl") == b"rank zero"  # rank 0's file is kept
     assert verify_checkpoint(store, directory) == 2
     assert set(store.list_dir(directory)) == {"model.pkl", "shard_1.bin", "manifest.json"}  # nothing left aside
+
+
+def test_elastic_resize_monitor_interval_s_defaults_as_ray_and_refuses_a_negative():
+    assert ScalingConfig(num_workers=(1, 2)).elastic_resize_monitor_interval_s == 60.0
+    assert ScalingConfig(num_workers=(1, 2), elastic_resize_monitor_interval_s=0).elastic_resize_monitor_interval_s == 0
+    with pytest.raises(ValueError, match="elastic_resize_monitor_interval_s"):
+        ScalingConfig(num_workers=(1, 2), elastic_resize_monitor_interval_s=-1)

@@ -10,6 +10,8 @@ from trainwire.torch.checkpoint import TorchCheckpoint
 from trainwire.torch.framework import FRAMEWORK
 from trainwire.trainer import DataParallelTrainer
 
+INIT_METHODS = ("env", "tcp")
+
 
 @dataclass
 class TorchConfig:
@@ -17,11 +19,23 @@ class TorchConfig:
 
     Args:
         backend: "gloo" or "nccl"; default: nccl with GPUs, else gloo.
+        init_method: How the workers find rank 0, as Ray's: "env" (``MASTER_ADDR`` / ``MASTER_PORT`` in
+            every worker's environment, ``init_method="env://"``) or "tcp" (``tcp://addr:port``).
         timeout_s: Process-group timeout.
+
+    Raises:
+        ValueError: init_method is neither "env" nor "tcp".
     """
 
     backend: str | None = None
+    init_method: str = "env"
     timeout_s: int = 1800
+
+    def __post_init__(self) -> None:
+        if self.init_method not in INIT_METHODS:
+            raise ValueError(
+                f"The provided init_method ({self.init_method}) is not supported. Must be either 'env' or 'tcp'."
+            )
 
 
 class TorchTrainer(DataParallelTrainer):

@@ -9,6 +9,7 @@ from typing import Any
 from trainwire.huggingface.framework import FRAMEWORK as HUGGINGFACE
 from trainwire.torch.framework import FRAMEWORK
 from trainwire_coordinator.backends.base import DataParallelBackend, WorkerGroup
+from trainwire_core.errors import InvalidArgumentError
 from trainwire_core.structs import struct_to_dict
 from trainwire_core.v1 import coordinator_pb2
 
@@ -23,6 +24,7 @@ def _setup_process_group(
     local_world_size: int,
     backend: str,
     timeout_s: float,
+    init_method: str = "env",
 ) -> None:
     import torch.distributed as dist
 
@@ -35,9 +37,11 @@ def _setup_process_group(
         # As torchrun sets it; accelerate sizes its CPU threads by it.
         LOCAL_WORLD_SIZE=str(local_world_size),
     )
+    # MASTER_ADDR/MASTER_PORT are set either way: libraries on top of torch (accelerate) read them.
+    url = "env://" if init_method == "env" else f"tcp://{master_addr}:{master_port}"
     dist.init_process_group(
         backend=backend,
-        init_method=f"tcp://{master_addr}:{master_port}",
+        init_method=url,
         rank=rank,
         world_size=world_size,
         timeout=timedelta(seconds=timeout_s),
@@ -58,6 +62,12 @@ class TorchBackend(DataParallelBackend):
         options = struct_to_dict(request.data_parallel.backend_config)
         backend = options.get("backend") or ("nccl" if request.scaling_config.use_gpu else "gloo")
         timeout_s = float(options.get("timeout_s", 1800))
+        init_method = options.get("init_method") or "env"
+        if init_method not in ("env", "tcp"):
+            raise InvalidArgumentError(
+                f"The provided init_method ({init_method}) is not supported. Must be either 'env' or 'tcp'.",
+                field="data_parallel.backend_config.init_method",
+            )
         master_addr = group.metas[0].node_ip
         master_port = await group.execute_single(0, lambda w: w.free_port())
         await group.execute_each(
@@ -72,6 +82,7 @@ class TorchBackend(DataParallelBackend):
                     m.local_world_size,
                     backend,
                     timeout_s,
+                    init_method,
                 )
                 for m in group.metas
             ],
