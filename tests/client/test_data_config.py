@@ -150,3 +150,53 @@ def test_a_rank_blocked_on_a_streamed_split_shows_in_the_reason(coordinator, cli
         assert "ranks 0 still running" in reason, reason
     finally:
         client.cancel_run(run.run_id)
+
+
+def ordered_rows() -> None:
+    from trainwire import train
+
+    xs = [float(x) for b in train.get_dataset_shard("train").iter_batches(batch_size=8) for x in b["x"]]
+    train.report({"in_order": xs == sorted(xs), "rows": len(xs)})
+
+
+def test_execution_options_and_shard_locality_reach_the_split(coordinator):
+    from ray.data import ExecutionOptions, ExecutionResources
+
+    options = ExecutionOptions(preserve_order=True, resource_limits=ExecutionResources(cpu=2))
+    result = TorchTrainer(
+        ordered_rows,
+        scaling_config=ScalingConfig(num_workers=2),
+        datasets={"train": _frame(64)},
+        dataset_config=DataConfig(execution_options={"train": options}, enable_shard_locality=False),
+    ).fit()
+    assert result.metrics == {"in_order": True, "rows": 32}
+
+
+def test_execution_options_travel_by_dataset_with_what_applies_to_shards():
+    from ray.data import ExecutionOptions, ExecutionResources
+
+    from trainwire_coordinator.execution.datasets import apply_ingest_options
+
+    limited = ExecutionOptions(preserve_order=True, resource_limits=ExecutionResources(cpu=2, object_store_memory=1e9))
+    msg = DataConfig(execution_options=limited, enable_shard_locality=False).to_proto()
+    assert set(msg.execution_options) == {"*"} and msg.disable_shard_locality
+    ingest = msg.execution_options["*"]
+    assert ingest.preserve_order and ingest.cpu_limit == 2 and not ingest.HasField("gpu_limit")
+    target = ExecutionOptions()
+    apply_ingest_options(target, ingest)
+    assert target.preserve_order and target.resource_limits.cpu == 2
+    assert target.resource_limits.object_store_memory == 1e9
+    by_name = DataConfig(execution_options={"valid": ExecutionOptions(preserve_order=True)}).to_proto()
+    assert set(by_name.execution_options) == {"valid"} and by_name.execution_options["valid"].preserve_order
+    assert not by_name.disable_shard_locality
+    with pytest.raises(InvalidArgumentError, match="execution_options"):
+        DataConfig(execution_options={"train": {"preserve_order": True}})
+
+
+def test_default_ingest_options_are_ray_datas_current_ones():
+    from ray.data.context import DataContext
+
+    options = DataConfig.default_ingest_options()
+    current = DataContext.get_current().execution_options
+    assert options.preserve_order == current.preserve_order
+    assert options.resource_limits == current.resource_limits

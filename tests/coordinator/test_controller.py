@@ -54,6 +54,7 @@ class Meta:
     local_rank: int = 0
     local_world_size: int = 1
     node_rank: int = 0
+    node_id: str = "node-0"
 
 
 class FakeReservation:
@@ -210,7 +211,9 @@ class FakeData:
         self.fitted = True
         return "fitted"
 
-    def shards(self, world_size: int, reservation: Any, uses_ray_data: bool) -> list[dict[str, Any]]:
+    def shards(
+        self, world_size: int, reservation: Any, uses_ray_data: bool, node_ids: list[str] | None = None
+    ) -> list[dict[str, Any]]:
         self.shards_may_end.wait(5)
         return [{"train": f"shard {rank} of {world_size}"} for rank in range(world_size)]
 

@@ -119,7 +119,9 @@ class RunData(Protocol):
 
     def fit_preprocessor(self) -> Any: ...
 
-    def shards(self, world_size: int, reservation: Any, uses_ray_data: bool) -> list[dict[str, Any]]: ...
+    def shards(
+        self, world_size: int, reservation: Any, uses_ray_data: bool, node_ids: list[str] | None = None
+    ) -> list[dict[str, Any]]: ...
 
 
 class Checkpoints(Protocol):
@@ -464,7 +466,13 @@ class RunController:
                 shards: list[dict[str, Any]] | None = [{} for _ in range(world_size)]
             else:
                 shards = await report_if_slow(
-                    asyncio.to_thread(self.data.shards, world_size, reservation, self.backend.uses_ray_data),
+                    asyncio.to_thread(
+                        self.data.shards,
+                        world_size,
+                        reservation,
+                        self.backend.uses_ray_data,
+                        [m.node_id for m in group.metas],  # locality hints, by rank
+                    ),
                     self.settings.pending_reason_after_s,
                     # A run never waits silently: a slow read or split says what it waits for.
                     lambda: self._transition(PreparingShards(world_size, datasets, self.runtime.placement.available())),

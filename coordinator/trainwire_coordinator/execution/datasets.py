@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.dataset as pads
 
-from trainwire.data_config import datasets_to_split
+from trainwire.data_config import LIMIT_FIELDS, datasets_to_split
 from trainwire_coordinator.execution.admitted_run import AdmittedRun
 from trainwire_core.dataset_schema import DatasetSchema
 from trainwire_core.datasets import ShardSpec, guess_format, open_dataset
@@ -26,6 +26,8 @@ def split_beside_reservation(
     placement_group: Any,
     split: bool = True,
     materialize_below_bytes: int = 0,
+    ingest: Any = None,
+    locality_hints: list[str] | None = None,
 ) -> list[Any]:
     """Each worker's view of a dataset, read and transformed by tasks that fit beside the run's reservation.
 
@@ -41,6 +43,10 @@ def split_beside_reservation(
     A dataset whose files take at most ``materialize_below_bytes`` is read (and transformed) once,
     here, and its blocks kept in Ray's object store: every epoch then iterates blocks in memory, where
     a streaming split would read and transform the files again each epoch.
+
+    ``ingest`` (an ``IngestOptions``: the DataConfig's execution options for this dataset) sets the
+    order and the resource limits; ``locality_hints`` (each rank's node id) go to the
+    streaming split, as Ray Train's DataConfig passes them with ``enable_shard_locality``.
     """
     import copy
 
@@ -53,16 +59,32 @@ def split_beside_reservation(
     if preprocessor is not None:
         data = preprocessor.transform(data, num_cpus=0, concurrency=world_size)
     nodes = sorted(set(placement_group_table(placement_group)["bundles_to_node_id"].values()))
-    if nodes:  # a ready placement group has them all
+    if nodes or ingest is not None:  # a ready placement group has them all
         data = data.copy(data)  # its own DataContext, as Ray Train's DataConfig does
         options = copy.deepcopy(data.context.execution_options)
-        options.label_selector = {**(options.label_selector or {}), "ray.io/node-id": f"in({','.join(nodes)})"}
+        if nodes:
+            options.label_selector = {**(options.label_selector or {}), "ray.io/node-id": f"in({','.join(nodes)})"}
+        if ingest is not None:
+            apply_ingest_options(options, ingest)
         data.context.execution_options = options
     if materialize_below_bytes and files_size(ds.uri, ds.format) <= materialize_below_bytes:
         data = data.materialize()
         # Each rank iterates its own blocks locally (as Ray 2.4's split did): no per-epoch coordination.
         return split_materialized(data, world_size) if split else [data] * world_size
-    return data.streaming_split(world_size, equal=True) if split else [data] * world_size
+    if not split:
+        return [data] * world_size
+    hints = locality_hints if locality_hints and len(locality_hints) == world_size else None
+    return data.streaming_split(world_size, equal=True, locality_hints=hints)
+
+
+def apply_ingest_options(options: Any, ingest: Any) -> None:
+    """Sets a Ray Data ExecutionOptions from a run's IngestOptions (the order and the resource limits)."""
+    from ray.data import ExecutionResources
+
+    options.preserve_order = ingest.preserve_order
+    limits = {attr: getattr(ingest, name) for attr, name in LIMIT_FIELDS if ingest.HasField(name)}
+    if limits:
+        options.resource_limits = ExecutionResources(**limits)
 
 
 def split_materialized(data: Any, world_size: int) -> list[Any]:
@@ -132,7 +154,9 @@ class RunDatasets:
             self.checkpoints.preprocessor_bytes = cloudpickle.dumps(preprocessor)
         return self._preprocessor
 
-    def shards(self, world_size: int, reservation: Any, uses_ray_data: bool) -> list[dict[str, Any]]:
+    def shards(
+        self, world_size: int, reservation: Any, uses_ray_data: bool, node_ids: list[str] | None = None
+    ) -> list[dict[str, Any]]:
         """Each rank's shard of every dataset: Ray Data iterators, or ``ShardSpec``s a worker reads; blocks.
 
         Ray Data datasets are split across the ranks as the request's ``DataConfig`` says (``train``
@@ -140,11 +164,22 @@ class RunDatasets:
         """
         preprocessor = self.fit_preprocessor()
         split = datasets_to_split(self.request.data_parallel, list(self.datasets))
+        config = self.request.data_parallel.data_config
+        hints = None if config.disable_shard_locality else node_ids
         shards: list[dict[str, Any]] = [{} for _ in range(world_size)]
         for name, ds in self.datasets.items():
             if uses_ray_data:
+                options = config.execution_options
+                ingest = options[name] if name in options else options["*"] if "*" in options else None
                 iterators = split_beside_reservation(
-                    ds, world_size, preprocessor, reservation, name in split, self.materialize_below_bytes
+                    ds,
+                    world_size,
+                    preprocessor,
+                    reservation,
+                    name in split,
+                    self.materialize_below_bytes,
+                    ingest,
+                    hints,
                 )
                 for rank in range(world_size):
                     shards[rank][name] = iterators[rank]

@@ -44,12 +44,35 @@ class DataParallelSpec(_message.Message):
     def __init__(self, train_loop: _Optional[_Union[TrainLoop, _Mapping]] = ..., train_loop_config: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., pickled_train_loop_config: _Optional[bytes] = ..., backend_config: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., data_config: _Optional[_Union[DataConfig, _Mapping]] = ..., config_overrides: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ...) -> None: ...
 
 class DataConfig(_message.Message):
-    __slots__ = ("datasets_to_split", "split_all")
+    __slots__ = ("datasets_to_split", "split_all", "execution_options", "disable_shard_locality")
+    class ExecutionOptionsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: IngestOptions
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[IngestOptions, _Mapping]] = ...) -> None: ...
     DATASETS_TO_SPLIT_FIELD_NUMBER: _ClassVar[int]
     SPLIT_ALL_FIELD_NUMBER: _ClassVar[int]
+    EXECUTION_OPTIONS_FIELD_NUMBER: _ClassVar[int]
+    DISABLE_SHARD_LOCALITY_FIELD_NUMBER: _ClassVar[int]
     datasets_to_split: _containers.RepeatedScalarFieldContainer[str]
     split_all: bool
-    def __init__(self, datasets_to_split: _Optional[_Iterable[str]] = ..., split_all: _Optional[bool] = ...) -> None: ...
+    execution_options: _containers.MessageMap[str, IngestOptions]
+    disable_shard_locality: bool
+    def __init__(self, datasets_to_split: _Optional[_Iterable[str]] = ..., split_all: _Optional[bool] = ..., execution_options: _Optional[_Mapping[str, IngestOptions]] = ..., disable_shard_locality: _Optional[bool] = ...) -> None: ...
+
+class IngestOptions(_message.Message):
+    __slots__ = ("preserve_order", "cpu_limit", "gpu_limit", "object_store_memory_limit")
+    PRESERVE_ORDER_FIELD_NUMBER: _ClassVar[int]
+    CPU_LIMIT_FIELD_NUMBER: _ClassVar[int]
+    GPU_LIMIT_FIELD_NUMBER: _ClassVar[int]
+    OBJECT_STORE_MEMORY_LIMIT_FIELD_NUMBER: _ClassVar[int]
+    preserve_order: bool
+    cpu_limit: float
+    gpu_limit: float
+    object_store_memory_limit: float
+    def __init__(self, preserve_order: _Optional[bool] = ..., cpu_limit: _Optional[float] = ..., gpu_limit: _Optional[float] = ..., object_store_memory_limit: _Optional[float] = ...) -> None: ...
 
 class GBDTSpec(_message.Message):
     __slots__ = ("params", "label_column", "num_boost_round", "dmatrix_params")
