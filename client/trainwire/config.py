@@ -418,6 +418,15 @@ class RunConfig:
             ``trainwire.runtime_env``. ``worker_runtime_env`` (Ray Train's name) is the same.
         callbacks: ``trainwire.callbacks.RunCallback`` objects (experiment trackers, V2
             ``UserCallback``) the SDK calls from the run's event stream; they stay in this process.
+        logging_config: A ``LoggingConfig`` (trainwire's or Ray's): its ``log_level`` travels with
+            the run and sets the workers' ``ray.train`` and ``trainwire.train`` loggers' level
+            (its encoding is not used: worker lines are captured as written).
+        progress_reporter: A Tune ``ProgressReporter``: a Tuner (and ``tune.run``) prints its table
+            in place of the change lines, as Ray's; a trainer's ``fit()`` does not use it.
+        log_to_file: As Ray's: True writes the workers' stdout and stderr to files ``stdout`` and
+            ``stderr`` in the run's directory (each trial's for a Tuner), a name writes both to
+            that file, a pair ``(stdout_name, stderr_name)`` each to its own. The SDK writes them
+            from the run's captured logs once the run has ended; a line keeps its rank prefix.
 
     ``storage_path`` may start with ``~`` (expanded here, on the client).
     """
@@ -433,8 +442,17 @@ class RunConfig:
     runtime_env: dict[str, Any] | None = None
     worker_runtime_env: dict[str, Any] | None = field(default=None, repr=False, compare=False)
     callbacks: list[Any] | None = field(default=None, compare=False)
+    logging_config: Any = None
+    progress_reporter: Any = field(default=None, compare=False)
+    log_to_file: bool | str | tuple[str, str] = False
 
     def __post_init__(self) -> None:
+        if self.logging_config is not None and not isinstance(getattr(self.logging_config, "log_level", None), str):
+            raise InvalidArgumentError(
+                f"run_config.logging_config must be a LoggingConfig, got {self.logging_config!r}",
+                field="run_config.logging_config",
+            )
+        log_file_names(self.log_to_file)  # checked here, used when the run has ended
         if self.sync_config is None:
             self.sync_config = SyncConfig()
         if self.worker_runtime_env is not None:
@@ -509,6 +527,7 @@ class RunConfig:
             failure_config=self.failure_config.to_proto(),
             checkpoint_config=self.checkpoint_config.to_proto(),
             sync_config=self.sync_config.to_proto(),
+            log_level=self.logging_config.log_level.upper() if self.logging_config is not None else "",
         )
 
     @classmethod
@@ -524,3 +543,32 @@ class RunConfig:
             checkpoint_config=CheckpointConfig.from_proto(msg.checkpoint_config),
             sync_config=SyncConfig.from_proto(msg.sync_config),
         )
+
+
+def log_file_names(log_to_file: bool | str | tuple[str, str]) -> tuple[str, str] | None:
+    """The (stdout, stderr) file names ``RunConfig.log_to_file`` asks for, as Ray reads it; None: no files.
+
+    Raises:
+        InvalidArgumentError: Not a bool, a name or a pair of names; or a name that leaves the run's directory.
+    """
+    if log_to_file is False or log_to_file is None:
+        return None
+    if log_to_file is True:
+        names: tuple[Any, ...] = ("stdout", "stderr")
+    elif isinstance(log_to_file, str):
+        names = (log_to_file, log_to_file)
+    elif isinstance(log_to_file, list | tuple) and len(log_to_file) == 2:
+        names = tuple(log_to_file)
+    else:
+        names = ()
+    parts_ok = all(
+        isinstance(n, str) and n and not n.startswith("/") and ".." not in n.replace("\\", "/").split("/")
+        for n in names
+    )
+    if not names or not parts_ok:
+        raise InvalidArgumentError(
+            "run_config.log_to_file must be a bool, a file name or a (stdout, stderr) pair of names inside "
+            f"the run's directory, got {log_to_file!r}",
+            field="run_config.log_to_file",
+        )
+    return names[0], names[1]

@@ -222,6 +222,10 @@ class BaseTrainer:
             logs.join()
         run = client.get_run(run.run_id)
         result = Result.from_run(run, history, self.checkpoint_cls)
+        if self.run_config.log_to_file:
+            from trainwire.train.log_files import write_log_files
+
+            write_log_files(client, run.run_id, run.path, self.run_config.log_to_file)
         if callbacks:
             dispatch(callbacks, "on_run_end", run, result)
         if run.state != common_pb2.SUCCEEDED:

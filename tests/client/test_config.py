@@ -149,3 +149,12 @@ def test_elastic_resize_monitor_interval_s_defaults_as_ray_and_refuses_a_negativ
     assert ScalingConfig(num_workers=(1, 2), elastic_resize_monitor_interval_s=0).elastic_resize_monitor_interval_s == 0
     with pytest.raises(ValueError, match="elastic_resize_monitor_interval_s"):
         ScalingConfig(num_workers=(1, 2), elastic_resize_monitor_interval_s=-1)
+
+
+def test_logging_config_travels_as_the_workers_log_level_and_a_bad_one_is_refused():
+    from trainwire.train import LoggingConfig
+
+    assert RunConfig(logging_config=LoggingConfig(log_level="debug")).to_proto().log_level == "DEBUG"
+    assert RunConfig().to_proto().log_level == ""
+    with pytest.raises(InvalidArgumentError, match="logging_config"):
+        RunConfig(logging_config="DEBUG")

@@ -28,3 +28,19 @@ def test_a_return_value_that_cannot_be_pickled_is_refused_by_name(tmp_path):
 
     with pytest.raises(ValueError, match="return_value cannot be pickled"):
         write_return_value(Store(str(tmp_path)), "run1", threading.Lock())
+
+
+def test_the_runs_log_level_sets_the_train_loggers():
+    import logging
+
+    from trainwire_worker.actor import TRAIN_LOGGERS, apply_log_level
+
+    before = {name: logging.getLogger(name).level for name in TRAIN_LOGGERS}
+    try:
+        apply_log_level("DEBUG")
+        assert all(logging.getLogger(name).level == logging.DEBUG for name in TRAIN_LOGGERS)
+        apply_log_level("")  # unset: left as it is
+        assert all(logging.getLogger(name).level == logging.DEBUG for name in TRAIN_LOGGERS)
+    finally:
+        for name, level in before.items():
+            logging.getLogger(name).setLevel(level)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import posixpath
 import tempfile
@@ -25,6 +26,16 @@ from trainwire_worker.log_capture import LogCapture, worker_shipper
 from trainwire_worker.report_client import ReportStreamClient
 from trainwire_worker.runtime_env import PreparedEnv, activated, prepare
 from trainwire_worker.session import WorkerSession
+
+# The loggers RunConfig(logging_config=LoggingConfig(log_level=...)) sets on the workers, as Ray Train's.
+TRAIN_LOGGERS = ("ray.train", "trainwire.train")
+
+
+def apply_log_level(level: str) -> None:
+    """Sets the workers' Train loggers to ``level`` (a ``logging`` name); empty leaves them as they are."""
+    if level:
+        for name in TRAIN_LOGGERS:
+            logging.getLogger(name).setLevel(level)
 
 
 def write_return_value(store: Store, run_id: str, value: Any) -> None:
@@ -96,6 +107,7 @@ class TrainWorker:
         """
         train_fn = get_backend(spec.framework).train
         request = coordinator_pb2.FitRequest.FromString(spec.request_bytes)
+        apply_log_level(request.run_config.log_level)
         context = spec.context
         trial_dir = os.path.join(
             tempfile.gettempdir(), "trainwire", context.run_id, f"rank_{context.world_rank}_attempt_{context.attempt}"

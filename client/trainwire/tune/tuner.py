@@ -412,16 +412,23 @@ class Tuner:
         run_config = self._effective_run_config()
         callbacks = [c for c in run_config.callbacks or [] if isinstance(c, Callback)]
         verbose = bool(run_config.verbose)
-        if self._progress_reporter is not None:
+        # tune.run's argument, else RunConfig(progress_reporter=...), as Ray's.
+        reporter = self._progress_reporter if self._progress_reporter is not None else run_config.progress_reporter
+        if reporter is not None:
             from trainwire.tune.progress_reporter import ReporterCallback
 
-            callbacks.append(ReporterCallback(self._progress_reporter, self.tune_config))
+            callbacks.append(ReporterCallback(reporter, self.tune_config))
             verbose = False
         feed = CallbackFeed(callbacks)
         feed.setup(run_config.stop, self.tune_config.num_samples, tune.num_trials_planned)
         tune = self._follow(client, tune, verbose, feed)
         feed.end(tune)
         self._results = self._grid(tune, client)
+        if run_config.log_to_file:  # each trial's output in its own run's directory, as Ray's trial directories
+            from trainwire.train.log_files import write_log_files
+
+            for trial in (t for t in tune.trials if t.run_id):
+                write_log_files(client, trial.run_id, client.get_run(trial.run_id).path, run_config.log_to_file)
         if tune.state == common_pb2.FAILED:
             raise TuneError(f"search {tune.name!r} ({tune.tune_id}) failed: {tune.state_reason}", tune, self._results)
         return self._results

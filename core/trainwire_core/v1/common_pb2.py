@@ -26,7 +26,7 @@ from google.protobuf import struct_pb2 as google_dot_protobuf_dot_struct__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19trainwire/v1/common.proto\x12\x0ctrainwire.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xfb\x02\n\rScalingConfig\x12\x13\n\x0bnum_workers\x18\x01 \x01(\x05\x12\x0f\n\x07use_gpu\x18\x02 \x01(\x08\x12Q\n\x14resources_per_worker\x18\x03 \x03(\x0b\x32\x33.trainwire.v1.ScalingConfig.ResourcesPerWorkerEntry\x12L\n\x11trainer_resources\x18\x04 \x03(\x0b\x32\x31.trainwire.v1.ScalingConfig.TrainerResourcesEntry\x12\x1a\n\x12placement_strategy\x18\x05 \x01(\t\x12\x13\n\x0bmin_workers\x18\x06 \x01(\x05\x1a\x39\n\x17ResourcesPerWorkerEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\x1a\x37\n\x15TrainerResourcesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"8\n\rFailureConfig\x12\x14\n\x0cmax_failures\x18\x01 \x01(\x05\x12\x11\n\tfail_fast\x18\x02 \x01(\x08\"\xd4\x01\n\x10\x43heckpointConfig\x12\x18\n\x0bnum_to_keep\x18\x01 \x01(\x05H\x00\x88\x01\x01\x12\"\n\x1a\x63heckpoint_score_attribute\x18\x02 \x01(\t\x12\x1e\n\x16\x63heckpoint_score_order\x18\x03 \x01(\t\x12\x1c\n\x14\x63heckpoint_frequency\x18\x04 \x01(\x05\x12\x1e\n\x11\x63heckpoint_at_end\x18\x05 \x01(\x08H\x01\x88\x01\x01\x42\x0e\n\x0c_num_to_keepB\x14\n\x12_checkpoint_at_end\"y\n\nSyncConfig\x12\x15\n\rsync_period_s\x18\x01 \x01(\x01\x12\x16\n\x0esync_timeout_s\x18\x02 \x01(\x01\x12\x16\n\x0esync_artifacts\x18\x03 \x01(\x08\x12$\n\x1csync_artifacts_on_checkpoint\x18\x04 \x01(\x08\"\xdb\x02\n\tRunConfig\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x14\n\x0cstorage_path\x18\x02 \x01(\t\x12/\n\x04stop\x18\x03 \x03(\x0b\x32!.trainwire.v1.RunConfig.StopEntry\x12\x33\n\x0e\x66\x61ilure_config\x18\x04 \x01(\x0b\x32\x1b.trainwire.v1.FailureConfig\x12\x39\n\x11\x63heckpoint_config\x18\x05 \x01(\x0b\x32\x1e.trainwire.v1.CheckpointConfig\x12-\n\x0bsync_config\x18\x06 \x01(\x0b\x32\x18.trainwire.v1.SyncConfig\x12-\n\x0bruntime_env\x18\x07 \x01(\x0b\x32\x18.trainwire.v1.RuntimeEnv\x1a+\n\tStopEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"\xab\x01\n\nRuntimeEnv\x12\x13\n\x0bworking_dir\x18\x01 \x01(\t\x12\x12\n\npy_modules\x18\x02 \x03(\t\x12\x0b\n\x03pip\x18\x03 \x03(\t\x12\x37\n\x08\x65nv_vars\x18\x04 \x03(\x0b\x32%.trainwire.v1.RuntimeEnv.EnvVarsEntry\x1a.\n\x0c\x45nvVarsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"h\n\x0bWorkerError\x12\x12\n\nworld_rank\x18\x01 \x01(\x05\x12\x10\n\x08\x65xc_type\x18\x02 \x01(\t\x12\x0f\n\x07message\x18\x03 \x01(\t\x12\x11\n\ttraceback\x18\x04 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x05 \x01(\x05\"@\n\x0cManifestFile\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\x12\n\nsize_bytes\x18\x02 \x01(\x03\x12\x0e\n\x06sha256\x18\x03 \x01(\t\"\xb1\x01\n\x0e\x43heckpointInfo\x12\x15\n\rcheckpoint_id\x18\x01 \x01(\t\x12\x0b\n\x03uri\x18\x02 \x01(\t\x12(\n\x07metrics\x18\x03 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\r\n\x05index\x18\x04 \x01(\x03\x12\x12\n\nsize_bytes\x18\x05 \x01(\x03\x12.\n\ncreated_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp*\x87\x01\n\x08RunState\x12\x19\n\x15RUN_STATE_UNSPECIFIED\x10\x00\x12\x0b\n\x07PENDING\x10\x01\x12\x0c\n\x08STARTING\x10\x02\x12\x0b\n\x07RUNNING\x10\x03\x12\x0e\n\nRESTARTING\x10\x04\x12\r\n\tSUCCEEDED\x10\x05\x12\n\n\x06\x46\x41ILED\x10\x06\x12\r\n\tCANCELLED\x10\x07\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19trainwire/v1/common.proto\x12\x0ctrainwire.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xfb\x02\n\rScalingConfig\x12\x13\n\x0bnum_workers\x18\x01 \x01(\x05\x12\x0f\n\x07use_gpu\x18\x02 \x01(\x08\x12Q\n\x14resources_per_worker\x18\x03 \x03(\x0b\x32\x33.trainwire.v1.ScalingConfig.ResourcesPerWorkerEntry\x12L\n\x11trainer_resources\x18\x04 \x03(\x0b\x32\x31.trainwire.v1.ScalingConfig.TrainerResourcesEntry\x12\x1a\n\x12placement_strategy\x18\x05 \x01(\t\x12\x13\n\x0bmin_workers\x18\x06 \x01(\x05\x1a\x39\n\x17ResourcesPerWorkerEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\x1a\x37\n\x15TrainerResourcesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"8\n\rFailureConfig\x12\x14\n\x0cmax_failures\x18\x01 \x01(\x05\x12\x11\n\tfail_fast\x18\x02 \x01(\x08\"\xd4\x01\n\x10\x43heckpointConfig\x12\x18\n\x0bnum_to_keep\x18\x01 \x01(\x05H\x00\x88\x01\x01\x12\"\n\x1a\x63heckpoint_score_attribute\x18\x02 \x01(\t\x12\x1e\n\x16\x63heckpoint_score_order\x18\x03 \x01(\t\x12\x1c\n\x14\x63heckpoint_frequency\x18\x04 \x01(\x05\x12\x1e\n\x11\x63heckpoint_at_end\x18\x05 \x01(\x08H\x01\x88\x01\x01\x42\x0e\n\x0c_num_to_keepB\x14\n\x12_checkpoint_at_end\"y\n\nSyncConfig\x12\x15\n\rsync_period_s\x18\x01 \x01(\x01\x12\x16\n\x0esync_timeout_s\x18\x02 \x01(\x01\x12\x16\n\x0esync_artifacts\x18\x03 \x01(\x08\x12$\n\x1csync_artifacts_on_checkpoint\x18\x04 \x01(\x08\"\xee\x02\n\tRunConfig\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x14\n\x0cstorage_path\x18\x02 \x01(\t\x12/\n\x04stop\x18\x03 \x03(\x0b\x32!.trainwire.v1.RunConfig.StopEntry\x12\x33\n\x0e\x66\x61ilure_config\x18\x04 \x01(\x0b\x32\x1b.trainwire.v1.FailureConfig\x12\x39\n\x11\x63heckpoint_config\x18\x05 \x01(\x0b\x32\x1e.trainwire.v1.CheckpointConfig\x12-\n\x0bsync_config\x18\x06 \x01(\x0b\x32\x18.trainwire.v1.SyncConfig\x12-\n\x0bruntime_env\x18\x07 \x01(\x0b\x32\x18.trainwire.v1.RuntimeEnv\x12\x11\n\tlog_level\x18\x08 \x01(\t\x1a+\n\tStopEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"\xab\x01\n\nRuntimeEnv\x12\x13\n\x0bworking_dir\x18\x01 \x01(\t\x12\x12\n\npy_modules\x18\x02 \x03(\t\x12\x0b\n\x03pip\x18\x03 \x03(\t\x12\x37\n\x08\x65nv_vars\x18\x04 \x03(\x0b\x32%.trainwire.v1.RuntimeEnv.EnvVarsEntry\x1a.\n\x0c\x45nvVarsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"h\n\x0bWorkerError\x12\x12\n\nworld_rank\x18\x01 \x01(\x05\x12\x10\n\x08\x65xc_type\x18\x02 \x01(\t\x12\x0f\n\x07message\x18\x03 \x01(\t\x12\x11\n\ttraceback\x18\x04 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x05 \x01(\x05\"@\n\x0cManifestFile\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\x12\n\nsize_bytes\x18\x02 \x01(\x03\x12\x0e\n\x06sha256\x18\x03 \x01(\t\"\xb1\x01\n\x0e\x43heckpointInfo\x12\x15\n\rcheckpoint_id\x18\x01 \x01(\t\x12\x0b\n\x03uri\x18\x02 \x01(\t\x12(\n\x07metrics\x18\x03 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\r\n\x05index\x18\x04 \x01(\x03\x12\x12\n\nsize_bytes\x18\x05 \x01(\x03\x12.\n\ncreated_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp*\x87\x01\n\x08RunState\x12\x19\n\x15RUN_STATE_UNSPECIFIED\x10\x00\x12\x0b\n\x07PENDING\x10\x01\x12\x0c\n\x08STARTING\x10\x02\x12\x0b\n\x07RUNNING\x10\x03\x12\x0e\n\nRESTARTING\x10\x04\x12\r\n\tSUCCEEDED\x10\x05\x12\n\n\x06\x46\x41ILED\x10\x06\x12\r\n\tCANCELLED\x10\x07\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -41,8 +41,8 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_RUNCONFIG_STOPENTRY']._serialized_options = b'8\001'
   _globals['_RUNTIMEENV_ENVVARSENTRY']._loaded_options = None
   _globals['_RUNTIMEENV_ENVVARSENTRY']._serialized_options = b'8\001'
-  _globals['_RUNSTATE']._serialized_start=1761
-  _globals['_RUNSTATE']._serialized_end=1896
+  _globals['_RUNSTATE']._serialized_start=1780
+  _globals['_RUNSTATE']._serialized_end=1915
   _globals['_SCALINGCONFIG']._serialized_start=107
   _globals['_SCALINGCONFIG']._serialized_end=486
   _globals['_SCALINGCONFIG_RESOURCESPERWORKERENTRY']._serialized_start=372
@@ -56,17 +56,17 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_SYNCCONFIG']._serialized_start=761
   _globals['_SYNCCONFIG']._serialized_end=882
   _globals['_RUNCONFIG']._serialized_start=885
-  _globals['_RUNCONFIG']._serialized_end=1232
-  _globals['_RUNCONFIG_STOPENTRY']._serialized_start=1189
-  _globals['_RUNCONFIG_STOPENTRY']._serialized_end=1232
-  _globals['_RUNTIMEENV']._serialized_start=1235
-  _globals['_RUNTIMEENV']._serialized_end=1406
-  _globals['_RUNTIMEENV_ENVVARSENTRY']._serialized_start=1360
-  _globals['_RUNTIMEENV_ENVVARSENTRY']._serialized_end=1406
-  _globals['_WORKERERROR']._serialized_start=1408
-  _globals['_WORKERERROR']._serialized_end=1512
-  _globals['_MANIFESTFILE']._serialized_start=1514
-  _globals['_MANIFESTFILE']._serialized_end=1578
-  _globals['_CHECKPOINTINFO']._serialized_start=1581
-  _globals['_CHECKPOINTINFO']._serialized_end=1758
+  _globals['_RUNCONFIG']._serialized_end=1251
+  _globals['_RUNCONFIG_STOPENTRY']._serialized_start=1208
+  _globals['_RUNCONFIG_STOPENTRY']._serialized_end=1251
+  _globals['_RUNTIMEENV']._serialized_start=1254
+  _globals['_RUNTIMEENV']._serialized_end=1425
+  _globals['_RUNTIMEENV_ENVVARSENTRY']._serialized_start=1379
+  _globals['_RUNTIMEENV_ENVVARSENTRY']._serialized_end=1425
+  _globals['_WORKERERROR']._serialized_start=1427
+  _globals['_WORKERERROR']._serialized_end=1531
+  _globals['_MANIFESTFILE']._serialized_start=1533
+  _globals['_MANIFESTFILE']._serialized_end=1597
+  _globals['_CHECKPOINTINFO']._serialized_start=1600
+  _globals['_CHECKPOINTINFO']._serialized_end=1777
 # @@protoc_insertion_point(module_scope)

@@ -95,7 +95,7 @@ class SyncConfig(_message.Message):
     def __init__(self, sync_period_s: _Optional[float] = ..., sync_timeout_s: _Optional[float] = ..., sync_artifacts: _Optional[bool] = ..., sync_artifacts_on_checkpoint: _Optional[bool] = ...) -> None: ...
 
 class RunConfig(_message.Message):
-    __slots__ = ("name", "storage_path", "stop", "failure_config", "checkpoint_config", "sync_config", "runtime_env")
+    __slots__ = ("name", "storage_path", "stop", "failure_config", "checkpoint_config", "sync_config", "runtime_env", "log_level")
     class StopEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -110,6 +110,7 @@ class RunConfig(_message.Message):
     CHECKPOINT_CONFIG_FIELD_NUMBER: _ClassVar[int]
     SYNC_CONFIG_FIELD_NUMBER: _ClassVar[int]
     RUNTIME_ENV_FIELD_NUMBER: _ClassVar[int]
+    LOG_LEVEL_FIELD_NUMBER: _ClassVar[int]
     name: str
     storage_path: str
     stop: _containers.ScalarMap[str, float]
@@ -117,7 +118,8 @@ class RunConfig(_message.Message):
     checkpoint_config: CheckpointConfig
     sync_config: SyncConfig
     runtime_env: RuntimeEnv
-    def __init__(self, name: _Optional[str] = ..., storage_path: _Optional[str] = ..., stop: _Optional[_Mapping[str, float]] = ..., failure_config: _Optional[_Union[FailureConfig, _Mapping]] = ..., checkpoint_config: _Optional[_Union[CheckpointConfig, _Mapping]] = ..., sync_config: _Optional[_Union[SyncConfig, _Mapping]] = ..., runtime_env: _Optional[_Union[RuntimeEnv, _Mapping]] = ...) -> None: ...
+    log_level: str
+    def __init__(self, name: _Optional[str] = ..., storage_path: _Optional[str] = ..., stop: _Optional[_Mapping[str, float]] = ..., failure_config: _Optional[_Union[FailureConfig, _Mapping]] = ..., checkpoint_config: _Optional[_Union[CheckpointConfig, _Mapping]] = ..., sync_config: _Optional[_Union[SyncConfig, _Mapping]] = ..., runtime_env: _Optional[_Union[RuntimeEnv, _Mapping]] = ..., log_level: _Optional[str] = ...) -> None: ...
 
 class RuntimeEnv(_message.Message):
     __slots__ = ("working_dir", "py_modules", "pip", "env_vars")
