@@ -176,12 +176,16 @@ class TextGenerator:
                 for the model or the operator's limits (naming the field), or a full queue.
         """
         started = now_ns()
-        adapter = await self.adapter(request.model_name, request.model_version)
-        if adapter is None:
-            routed = InferenceRequest(request.model_name, request.model_version, routing_key=request.routing_key)
-        else:  # served on its base model, loaded as for the base's own requests
-            routed = InferenceRequest(adapter.base_name, adapter.base_version, routing_key=request.routing_key)
-        _, _, model = self.router.target_now(routed) or await self.router.target(routed)
+        routed = InferenceRequest(request.model_name, request.model_version, routing_key=request.routing_key)
+        adapter = None
+        target = self.router.target_now(routed)
+        if target is not None and self._adapters.get(target[2].ref.key, ...) is None:
+            model = target[2]  # a loaded model known to be plain: the request passes the router once
+        else:
+            adapter = await self.adapter(request.model_name, request.model_version)
+            if adapter is not None:  # served on its base model, loaded as for the base's own requests
+                routed = InferenceRequest(adapter.base_name, adapter.base_version, routing_key=request.routing_key)
+            _, _, model = self.router.target_now(routed) or await self.router.target(routed)
         engine = self.engine(model, routed.model_name)
         room = max_context(engine.model)
         most_chars = self.limits.prompt_chars(room)
