@@ -3,7 +3,10 @@ coordinator's store (a plugin of tests/conftest.py, so tests/client and tests/pr
 
 from __future__ import annotations
 
+import contextlib
 import tempfile
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -153,3 +156,22 @@ def predictor_client(predictor_address):
 def scratch_dir():
     with tempfile.TemporaryDirectory(prefix="trainwire-pred-") as d:
         yield d
+
+
+@contextlib.contextmanager
+def served_language_model(
+    folder: Path, run: str, name: str, model: Any, tokenizer: Any, **settings: Any
+) -> Iterator[Any]:
+    """A predictor serving ``model`` (committed as run ``run``, named ``name``) from a store in ``folder``."""
+    from trainwire.huggingface.checkpoint import HuggingFaceCheckpoint
+    from trainwire_predictor.server import PredictorThread
+    from trainwire_predictor.settings import PredictorSettings
+
+    store = Store(folder.as_uri())
+    commit_checkpoint(store, run, name, "c1", HuggingFaceCheckpoint.from_model(model, tokenizer).path)
+    thread = PredictorThread(PredictorSettings(port=0, http_port=0, store=store.uri, **settings))
+    thread.start()
+    try:
+        yield thread.server
+    finally:
+        thread.stop()

@@ -15,8 +15,8 @@ import httpx
 import jsonschema
 import openai
 import pytest
-from conftest import commit_checkpoint
 from language_model import make_tokenizer, tiny_gpt2
+from serving_fixtures import served_language_model
 
 pytest.importorskip("llguidance")
 pytestmark = pytest.mark.timeout(300)
@@ -38,30 +38,14 @@ PERSON = {
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory) -> Iterator[Any]:
-    from trainwire.huggingface.checkpoint import HuggingFaceCheckpoint
-    from trainwire_core.storage import Store
-    from trainwire_predictor.server import PredictorThread
-    from trainwire_predictor.settings import PredictorSettings
-
     tokenizer = make_tokenizer()
-    store = Store(tmp_path_factory.mktemp("structured-store").as_uri())
     lm = tiny_gpt2(tokenizer, n_positions=512, seed=11)
-    commit_checkpoint(store, "run-structured", MODEL, "c1", HuggingFaceCheckpoint.from_model(lm, tokenizer).path)
-    thread = PredictorThread(
-        PredictorSettings(
-            port=0,
-            http_port=0,
-            store=store.uri,
-            tokens=json.dumps({"tool": {"token": TOKEN, "scopes": ["predict"]}}),
-            generate_max_batch=8,
-            generate_max_tokens=400,
-        )
-    )
-    thread.start()
-    try:
-        yield thread.server
-    finally:
-        thread.stop()
+    tokens = json.dumps({"tool": {"token": TOKEN, "scopes": ["predict"]}})
+    folder = tmp_path_factory.mktemp("structured-store")
+    with served_language_model(
+        folder, "run-structured", MODEL, lm, tokenizer, tokens=tokens, generate_max_batch=8, generate_max_tokens=400
+    ) as server:
+        yield server
 
 
 @pytest.fixture(scope="module")
