@@ -171,6 +171,8 @@ class FakeCheckpoints:
     def __init__(self) -> None:
         self.checkpoints: list[str] = []
         self.preprocessor_bytes = b""
+        # What was done to the store, in order.
+        self.operations: list[str] = []
 
     @property
     def latest(self) -> str | None:
@@ -184,13 +186,14 @@ class FakeCheckpoints:
 
     def commit(self, checkpoint_id: str, index: int, metrics: dict, files: list, staged: dict | None = None) -> str:
         self.checkpoints.append(checkpoint_id)
+        self.operations.append(f"commit {checkpoint_id}")
         return checkpoint_id
 
     def load(self) -> None:
         pass
 
     def remove_uncommitted(self) -> None:
-        pass
+        self.operations.append("remove uncommitted")
 
 
 class FakeData:
@@ -466,6 +469,45 @@ def test_a_report_from_a_stale_attempt_is_ignored(tmp_path):
         await h.report(0, 1, attempt=1, checkpoint="checkpoint_000001", epoch=1.0)
         await h.report(1, 1, attempt=1, checkpoint="checkpoint_000001", epoch=1.0)
         assert h.checkpoints.checkpoints == ["checkpoint_000001"] and h.run.last_report_index == 1
+        second.finish(0)
+        second.finish(1)
+        await h.done()
+
+    _run(scenario())
+
+
+class HeldReports(ControllerCallback):
+    """Holds rank 0's reports in the report hook until the test lets them go."""
+
+    def __init__(self) -> None:
+        self.entered = asyncio.Event()
+        self.may_go = asyncio.Event()
+
+    async def on_report(self, run: Any, report_index: int, metrics: Any) -> None:
+        self.entered.set()
+        await self.may_go.wait()
+
+
+def test_a_commit_owed_when_the_attempt_ends_lands_before_the_failed_attempts_files_are_cleared(tmp_path):
+    # A complete report whose commit is still on its way (its hooks awaited) when a rank dies: its
+    # files are not yet in the index, and clearing the failed attempt's directories first would
+    # leave a committed manifest naming files that are gone.
+    async def scenario() -> None:
+        held = HeldReports()
+        h = Harness(tmp_path, callbacks=[held])
+        h.controller.start()
+        first = await h.placement.next_group(1)
+        await h.report(1, 1, checkpoint="checkpoint_000001", epoch=1.0)
+        rank0 = asyncio.ensure_future(h.report(0, 1, checkpoint="checkpoint_000001", epoch=1.0))
+        await held.entered.wait()
+        first.die(1)
+        await asyncio.sleep(0.3)
+        assert "remove uncommitted" not in h.checkpoints.operations
+        held.may_go.set()
+        await rank0
+        second = await h.placement.next_group(2)
+        assert h.checkpoints.operations == ["commit checkpoint_000001", "remove uncommitted"]
+        assert second.specs[0].checkpoint_uri.endswith("checkpoint_000001")
         second.finish(0)
         second.finish(1)
         await h.done()

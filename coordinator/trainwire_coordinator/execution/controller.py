@@ -266,6 +266,11 @@ class RunController:
         self.state: ControllerState = Initializing()
         self._interrupt = asyncio.Event()
         self._commit_lock = asyncio.Lock()
+        # Commits that complete reports owe, counted before any await: the end of an attempt waits
+        # for them, since their directories are not yet in the index and would be cleared away.
+        self._owed_commits = 0
+        self._no_owed_commits = asyncio.Event()
+        self._no_owed_commits.set()
         self._pending: dict[int, dict[int, worker_reports_pb2.TrainingReport]] = {}
         # A stop decided on a result (run_config.stop, a search's stopper): later reports are not the run's.
         self._keep_until: int | None = None
@@ -369,8 +374,9 @@ class RunController:
                 await self.callbacks.on_restart(self.run, following.cause)
                 signals.next_attempt()
                 self._interrupt.clear()
-                # After any commit still in flight (a report that came just before the group ended):
+                # After any commit still owed (a report that came just before the group ended):
                 # its directory is not yet in the index, and would be taken for a failed attempt's.
+                await self._no_owed_commits.wait()
                 async with self._commit_lock:
                     await asyncio.to_thread(self.checkpoints.remove_uncommitted)
         except Exception as exc:  # noqa: BLE001 - a controller bug must still end the run
@@ -631,15 +637,25 @@ class RunController:
         complete = len(by_rank) == self.world_size
         if complete:
             del self._pending[msg.report_index]
-        if report.world_rank == 0:
-            self.run.latest_metrics.CopyFrom(msg.metrics)
-            await self.callbacks.on_report(self.run, msg.report_index, msg.metrics)
-            if stop_reached(self.request.run_config.stop, flatten_metrics(struct_to_dict(msg.metrics))):
-                self.signals.stop_reached = True
-                self.keep_reports_until(msg.report_index)
-                self._interrupt.set()
-        if complete and any(r.checkpoint_id for r in by_rank.values()):
-            await self._commit(msg.report_index, by_rank)
+        owes_commit = complete and any(r.checkpoint_id for r in by_rank.values())
+        if owes_commit:
+            self._owed_commits += 1
+            self._no_owed_commits.clear()
+        try:
+            if report.world_rank == 0:
+                self.run.latest_metrics.CopyFrom(msg.metrics)
+                await self.callbacks.on_report(self.run, msg.report_index, msg.metrics)
+                if stop_reached(self.request.run_config.stop, flatten_metrics(struct_to_dict(msg.metrics))):
+                    self.signals.stop_reached = True
+                    self.keep_reports_until(msg.report_index)
+                    self._interrupt.set()
+            if owes_commit:
+                await self._commit(msg.report_index, by_rank)
+        finally:
+            if owes_commit:
+                self._owed_commits -= 1
+                if not self._owed_commits:
+                    self._no_owed_commits.set()
         await self.callbacks.after_report(self.run)
 
     def keep_reports_until(self, report_index: int) -> None:
