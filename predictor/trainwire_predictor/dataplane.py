@@ -183,8 +183,11 @@ class DataPlane:
         model = await self.models.get(name, version)
         policy = None if model.predictor.batch_invariant else self.batcher.batching(model)
         batched = all(spec.shape[:1] == (-1,) for spec in (*model.inputs, *model.outputs))
+        own = getattr(model.predictor, "scheduling", None)  # a repository model's config.pbtxt, as applied
         if not batched:
             rows = 0
+        elif own is not None:
+            rows = own.max_batch_size
         elif model.predictor.batch_invariant:
             rows = self.batcher.max_rows
         else:
@@ -199,7 +202,7 @@ class DataPlane:
             inputs=[TensorSpec(s.name, s.datatype, s.shape[cut:]) for s in model.inputs],
             outputs=[TensorSpec(s.name, s.datatype, s.shape[cut:]) for s in model.outputs],
             dynamic_batching=policy,
-            instances=policy.instances if policy is not None else self.batcher.threads,
+            instances=(own and own.instances) or (policy.instances if policy is not None else self.batcher.threads),
             decoupled=language_model(model) is not None,
         )
 

@@ -32,10 +32,10 @@ ROWS, FEATURES = 32, 4
 TS_CONFIG = """
 name: "ts"
 platform: "pytorch_libtorch"
-max_batch_size: 8
+max_batch_size: 32
 input [ { name: "INPUT__0" data_type: TYPE_FP32 dims: [ 4 ] } ]
 output [ { name: "OUTPUT__0" data_type: TYPE_FP32 dims: [ 2 ] } ]
-instance_group [ { count: 1 kind: KIND_CPU } ]
+instance_group [ { count: 2 kind: KIND_CPU } ]
 optimization { execution_accelerators { cpu_execution_accelerator: [ { name: "openvino" } ] } }
 """
 
@@ -59,6 +59,16 @@ input [
 ]
 parameters [ { key: "model_type" value: { string_value: "lightgbm" } } ]
 """
+
+# Triton's scheduling: requests joined up to 16 rows (at once at 4 or 8), three calls at a time.
+DYNAMIC_CONFIG = """
+platform: "onnxruntime_onnx"
+max_batch_size: 16
+dynamic_batching { preferred_batch_size: [ 4, 8 ] max_queue_delay_microseconds: 300 }
+instance_group [ { count: 3 kind: KIND_CPU } ]
+"""
+
+GPU_CONFIG = 'platform: "onnxruntime_onnx"\nmax_batch_size: 8\ninstance_group [ { count: 1 kind: KIND_GPU } ]\n'
 
 BROKEN_CONFIG = 'platform: "onnxruntime_onnx"\ninput [ { name: "x" data_type: TYPE_FP32 dims: [ 4 '
 
@@ -188,6 +198,9 @@ def repository(tmp_path_factory) -> dict[str, Any]:
     session = onnxruntime.InferenceSession(str(repo / "onnx" / "1" / "model.onnx"), providers=["CPUExecutionProvider"])
     expected["onnx"] = session.run(None, {"X": x})[0]
 
+    for name, text in (("onnx_dynamic", DYNAMIC_CONFIG), ("onnx_gpu", GPU_CONFIG)):
+        (folder(name, "1") / "model.onnx").write_bytes((repo / "onnx" / "1" / "model.onnx").read_bytes())
+        (repo / name / "config.pbtxt").write_text(text)
     (folder("broken", "1") / "model.onnx").write_bytes((repo / "onnx" / "1" / "model.onnx").read_bytes())
     (repo / "broken" / "config.pbtxt").write_text(BROKEN_CONFIG)
     return {"root": root, "repo": repo, "x": x, "expected": expected, "marker": marker}
@@ -293,6 +306,40 @@ def test_grpc_infer_and_model_config(served, repository) -> None:
         np.testing.assert_allclose(y, repository["expected"]["onnx"], atol=1e-6)
         config = stub.ModelConfig(pb.ModelConfigRequest(name="onnx"), timeout=60).config
         assert config.platform == "onnxruntime_onnx" and config.input[0].name == "X"
+
+
+def test_config_answers_the_scheduling_config_pbtxt_applies(served, repository) -> None:
+    base, address = served
+    config = get(f"{base}/v2/models/onnx_dynamic/config")
+    assert config["max_batch_size"] == 16
+    assert config["dynamic_batching"] == {"preferred_batch_size": [4, 8], "max_queue_delay_microseconds": 300}
+    assert [(g["count"], g["kind"]) for g in config["instance_group"]] == [(3, "KIND_CPU")]
+    # Without dynamic_batching each request is its own call: none is answered.
+    config = get(f"{base}/v2/models/ts/config")
+    assert config["max_batch_size"] == 32 and "dynamic_batching" not in config
+    assert config["instance_group"][0]["count"] == 2
+    with grpc.insecure_channel(address) as channel:
+        stub = pb_grpc.GRPCInferenceServiceStub(channel)
+        answer = stub.ModelConfig(pb.ModelConfigRequest(name="onnx_dynamic"), timeout=60).config
+    assert answer.max_batch_size == 16 and list(answer.dynamic_batching.preferred_batch_size) == [4, 8]
+    assert answer.dynamic_batching.max_queue_delay_microseconds == 300 and answer.instance_group[0].count == 3
+    # Rows beyond max_batch_size are refused as Triton refuses them; within it the model answers.
+    x = np.concatenate([repository["x"]] * 2)[:17]
+    status, doc = infer(base, "onnx_dynamic", x, "X")
+    assert status == 400 and "batch-size must be <= 16" in doc["error"], doc
+    status, doc = infer(base, "onnx_dynamic", x[:16], "X")
+    assert status == 200, doc
+    np.testing.assert_allclose(output(doc, "Y"), repository["expected"]["onnx"][:16], atol=1e-6)
+
+
+def test_a_gpu_instance_group_is_refused_naming_the_field(served, repository) -> None:
+    base, _ = served
+    status, doc = infer(base, "onnx_gpu", repository["x"][:4], "X")
+    assert status == 400 and "instance_group[0].kind is KIND_GPU" in doc["error"], doc
+    assert "onnx_gpu/config.pbtxt" in doc["error"], doc
+    status, index = post(f"{base}/v2/repository/index", {})
+    entry = next(e for e in index if e["name"] == "onnx_gpu")
+    assert entry["state"] == "UNAVAILABLE" and "KIND_GPU" in entry["reason"], entry
 
 
 def test_wrong_shape_is_invalid_argument(served, repository) -> None:

@@ -61,9 +61,25 @@ _DENSE = DynamicBatching(max_batch_size=64, max_queue_delay_us=2000, instances=1
 FRAMEWORK_BATCHING: dict[str, DynamicBatching] = {"torch": _DENSE, "horovod": _DENSE, "tensorflow": _DENSE}
 
 
+def configured_batching(model: LoadedModel) -> tuple[bool, DynamicBatching | None]:
+    """A model's own policy, where its configuration says one (a model repository's ``config.pbtxt``).
+
+    Returns:
+        (whether the model has its own configuration, its policy: None where it joins no requests).
+    """
+    own = getattr(model.predictor, "scheduling", None)
+    if own is None:
+        return False, None
+    if not own.dynamic_batching:
+        return True, None
+    policy = DynamicBatching(own.max_batch_size, own.max_queue_delay_us, own.preferred_batch_sizes, own.instances or 1)
+    return True, policy
+
+
 def batching_by_framework(model: LoadedModel) -> DynamicBatching | None:
-    """The framework's default policy of a model (None: one call per request)."""
-    return FRAMEWORK_BATCHING.get(model.framework)
+    """The model's own policy (``configured_batching``), else its framework's default (None: one call per request)."""
+    configured, policy = configured_batching(model)
+    return policy if configured else FRAMEWORK_BATCHING.get(model.framework)
 
 
 def parse_batching(text: str) -> Callable[[LoadedModel], DynamicBatching | None]:
@@ -73,7 +89,8 @@ def parse_batching(text: str) -> Callable[[LoadedModel], DynamicBatching | None]
         text: A JSON object naming models (run names or ids) or frameworks, each mapped to
             ``{"max_batch_size": ..., "max_queue_delay_us": ..., "preferred_batch_sizes": [...]}``
             or to null (one call per request): ``{"torch": null, "my-bert": {"max_batch_size": 8}}``.
-            A model's entry wins over its framework's, which wins over ``FRAMEWORK_BATCHING``.
+            A model's entry wins over its framework's, which wins over ``FRAMEWORK_BATCHING``; a
+            model's own configuration (``configured_batching``) wins over them all.
 
     Raises:
         InvalidArgumentError: Not such an object (field ``dynamic_batching``).
@@ -102,6 +119,9 @@ def parse_batching(text: str) -> Callable[[LoadedModel], DynamicBatching | None]
             raise InvalidArgumentError(f"dynamic_batching[{name!r}]: {exc}", field="dynamic_batching") from None
 
     def lookup(model: LoadedModel) -> DynamicBatching | None:
+        configured, policy = configured_batching(model)
+        if configured:  # the model's own configuration wins, as in Triton
+            return policy
         for name in (model.ref.run_name, model.ref.run_id, model.framework):
             if name and name in table:
                 return table[name]

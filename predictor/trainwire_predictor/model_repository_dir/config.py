@@ -2,8 +2,10 @@
 
 ``config.pbtxt`` is parsed with protobuf's text format into the ``ModelConfig`` message the
 predictor answers Triton's model-configuration extension with (the subset trainwire applies:
-name, platform, backend, version_policy, max_batch_size, input, output, parameters; fields
-beyond it, such as ``optimization`` or ``instance_group``'s GPUs, are read past). A
+name, platform, backend, version_policy, max_batch_size, input, output, dynamic_batching,
+instance_group, parameters; fields beyond it, such as ``optimization``, are read past). Its
+``max_batch_size``, ``dynamic_batching`` and ``instance_group`` become the model's
+``Scheduling``, applied as Triton applies them (``loaders.apply_scheduling``). A
 ``model-settings.json`` is MLServer's: ``implementation``, ``parameters.uri``, ``inputs``, ``outputs``.
 """
 
@@ -105,6 +107,26 @@ class VersionPolicy:
 
 
 @dataclass(frozen=True)
+class Scheduling:
+    """How a ``config.pbtxt`` has its model called, as Triton does.
+
+    Attributes:
+        max_batch_size: Most rows in one request and in one model call (0: the model does not batch).
+        dynamic_batching: Whether requests are joined (Triton's ``dynamic_batching``); without it each
+            request is its own model call.
+        max_queue_delay_us: Longest a request waits for others before its call starts.
+        preferred_batch_sizes: Row counts at which a call starts at once.
+        instances: Model calls that may run at the same time (the instance groups' counts; 0: not said).
+    """
+
+    max_batch_size: int = 0
+    dynamic_batching: bool = False
+    max_queue_delay_us: int = 0
+    preferred_batch_sizes: tuple[int, ...] = ()
+    instances: int = 0
+
+
+@dataclass(frozen=True)
 class ModelSettings:
     """What a model folder's configuration says (every field optional).
 
@@ -116,6 +138,8 @@ class ModelSettings:
         policy: Which version folders are served.
         source: The configuration file read ("" where there is none).
         flat: MLServer's layout: the model folder itself is the one version (no version folders).
+        scheduling: A ``config.pbtxt``'s batching and instances (None: no ``config.pbtxt``; the
+            predictor's own batching then applies).
     """
 
     framework: str = ""
@@ -125,6 +149,7 @@ class ModelSettings:
     policy: VersionPolicy = field(default_factory=VersionPolicy)
     source: str = ""
     flat: bool = False
+    scheduling: Scheduling | None = None
 
 
 def _bad(source: str, message: str) -> FailedPreconditionError:
@@ -199,7 +224,52 @@ def parse_triton(text: str, source: str) -> ModelSettings:
     if filename and not _plain_name(filename):
         raise _bad(source, f"default_model_filename {filename!r} is not a plain file name")
     return ModelSettings(
-        framework, filename, specs(config.input, "input"), specs(config.output, "output"), policy, source
+        framework,
+        filename,
+        specs(config.input, "input"),
+        specs(config.output, "output"),
+        policy,
+        source,
+        scheduling=_scheduling(config, source),
+    )
+
+
+def _scheduling(config: pb.ModelConfig, source: str) -> Scheduling:
+    """The config's max_batch_size, dynamic_batching and instance_group, checked as Triton checks them.
+
+    Raises:
+        FailedPreconditionError: A GPU instance group (the predictor runs repository models on CPU),
+            a negative size, or dynamic batching that cannot apply (naming the field).
+    """
+    if config.max_batch_size < 0:
+        raise _bad(source, f"max_batch_size must not be negative (it is {config.max_batch_size})")
+    instances = 0
+    for i, group in enumerate(config.instance_group):
+        kind = pb.ModelInstanceGroup.Kind.Name(group.kind)
+        if kind == "KIND_GPU":
+            raise _bad(
+                source,
+                f"instance_group[{i}].kind is KIND_GPU; this predictor runs repository models on CPU "
+                "(onnxruntime's CPU provider, TorchScript on the CPU): use KIND_CPU",
+            )
+        if group.count < 0:
+            raise _bad(source, f"instance_group[{i}].count must not be negative (it is {group.count})")
+        instances += group.count or 1  # Triton's default count for a CPU group is 1
+    if not config.HasField("dynamic_batching"):
+        return Scheduling(config.max_batch_size, instances=instances)
+    batching = config.dynamic_batching
+    if config.max_batch_size == 0:
+        raise _bad(source, "dynamic_batching needs max_batch_size > 0 (a model that batches)")
+    preferred = tuple(int(n) for n in batching.preferred_batch_size)
+    wrong = [n for n in preferred if not 1 <= n <= config.max_batch_size]
+    if wrong:
+        raise _bad(
+            source,
+            f"dynamic_batching.preferred_batch_size {wrong[0]} is not within 1..max_batch_size "
+            f"({config.max_batch_size})",
+        )
+    return Scheduling(
+        config.max_batch_size, True, int(batching.max_queue_delay_microseconds), preferred, instances=instances
     )
 
 

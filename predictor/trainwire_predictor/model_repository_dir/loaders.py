@@ -9,6 +9,7 @@ only where the operator trusts the repository (``model_repository_trust_pickles`
 from __future__ import annotations
 
 import io
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -24,6 +25,7 @@ from trainwire_predictor.model_repository_dir.config import (
     TORCHSCRIPT,
     XGBOOST,
     ModelSettings,
+    Scheduling,
 )
 from trainwire_predictor.models import TensorSpec
 
@@ -95,6 +97,53 @@ def load_model(framework: str, data: bytes, settings: ModelSettings, trust_pickl
     if framework == TORCHSCRIPT:
         return TorchScriptPredictor(data, settings)
     raise FailedPreconditionError(f"{label}: the predictor cannot serve framework {framework!r}")
+
+
+def apply_scheduling(predictor: Predictor, settings: ModelSettings, name: str) -> Predictor:
+    """Has a loaded model called as its ``config.pbtxt`` says, as Triton calls it.
+
+    The predictor keeps the configuration as ``scheduling``: the batcher's policy lookup and the
+    model configuration extension read it there. Its requests are joined only under the
+    configuration's ``dynamic_batching`` (so it no longer counts as batch invariant: the predictor
+    would otherwise join a tree model's requests whatever the configuration says), a request of
+    more than ``max_batch_size`` rows is refused, and at most the instance groups' count of calls
+    run at once.
+
+    Args:
+        predictor: The loaded model.
+        settings: Its folder's configuration (nothing changes without a ``config.pbtxt``).
+        name: The model's name, for messages.
+    """
+    scheduling = settings.scheduling
+    if scheduling is None:
+        return predictor
+    predictor.scheduling = scheduling  # type: ignore[attr-defined]
+    predictor.batch_invariant = False  # type: ignore[misc] - this model's configuration decides what joins
+    predictor.predict_columns = _scheduled(predictor.predict_columns, scheduling, name)  # type: ignore[method-assign]
+    return predictor
+
+
+def _scheduled(predict: Any, scheduling: Scheduling, name: str) -> Any:
+    """``predict`` with the configuration's row limit and its instances' gate (a call waits for a free instance)."""
+    limit = scheduling.max_batch_size
+    gate = threading.BoundedSemaphore(scheduling.instances) if scheduling.instances else None
+
+    def predict_columns(data: Any, feature_columns: Any = None, **kwargs: Any) -> dict[str, np.ndarray]:
+        if limit:
+            rows = len(next(iter(data.values()))) if isinstance(data, dict) else len(data)
+            if rows > limit:
+                # Triton's words: the batcher never joins past the limit, so only one request alone gets here.
+                raise InvalidArgumentError(
+                    f"inference request batch-size must be <= {limit} for {name!r} (its config.pbtxt's "
+                    f"max_batch_size); this one has {rows} rows",
+                    field="inputs",
+                )
+        if gate is None:
+            return predict(data, feature_columns, **kwargs)
+        with gate:
+            return predict(data, feature_columns, **kwargs)
+
+    return predict_columns
 
 
 def _columns(settings: ModelSettings) -> list[str] | None:

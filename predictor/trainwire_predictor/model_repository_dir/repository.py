@@ -2,7 +2,8 @@
 
 Layout (Triton's)::
 
-    <repository>/<model name>/config.pbtxt           optional: platform/backend, inputs, outputs, version_policy
+    <repository>/<model name>/config.pbtxt           optional: platform/backend, inputs, outputs, version_policy,
+                                                     max_batch_size, dynamic_batching, instance_group
     <repository>/<model name>/model-settings.json    optional, MLServer's: implementation, parameters.uri, ...
     <repository>/<model name>/<version>/<model file>  versions are integer folders (1, 2, ...)
 
@@ -42,7 +43,7 @@ from trainwire_predictor.model_repository_dir.config import (
     parse_mlserver,
     parse_triton,
 )
-from trainwire_predictor.model_repository_dir.loaders import load_model
+from trainwire_predictor.model_repository_dir.loaders import apply_scheduling, load_model
 
 logger = logging.getLogger(__name__)
 
@@ -263,6 +264,7 @@ class ModelDirectory:
         data = self.store.read_bytes(path)
         settings = self._settings.get(name) or ModelSettings()
         predictor = load_model(framework, data, settings, self.trust_pickles, self._shown(path))
+        predictor = apply_scheduling(predictor, settings, name)
         self._files[(name, version)] = (hashlib.sha256(data).hexdigest(), len(data))
         return framework, predictor
 
