@@ -22,17 +22,19 @@ from trainwire_coordinator.execution.controller import (
     ReportEndpoint,
     RunController,
 )
-from trainwire_coordinator.execution.controller_states import (
+from trainwire_coordinator.execution.placement import PlacementPlan
+from trainwire_coordinator.execution.run_state import (
+    RESIZE_AFTER_LOSS_S,
+    TRANSITIONS,
     Cancelled,
     Failed,
+    FailurePolicy,
     FittingPreprocessor,
     PreparingShards,
     Running,
     Starting,
     Succeeded,
 )
-from trainwire_coordinator.execution.placement import PlacementPlan
-from trainwire_coordinator.execution.run_state import RESIZE_AFTER_LOSS_S, TRANSITIONS, FailurePolicy
 from trainwire_core.storage import Store
 from trainwire_core.structs import metrics_to_struct
 from trainwire_core.v1 import common_pb2, coordinator_pb2, worker_reports_pb2

@@ -13,7 +13,7 @@ from trainwire_coordinator.execution.callbacks import (
     RunPersistence,
     run_record,
 )
-from trainwire_coordinator.execution.controller_states import ControllerState
+from trainwire_coordinator.execution.run_state import ControllerState
 from trainwire_coordinator.metadata import open_metadata_store
 from trainwire_coordinator.metrics import CoordinatorMetrics
 from trainwire_core.v1 import common_pb2, coordinator_pb2

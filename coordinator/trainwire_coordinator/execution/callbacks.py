@@ -22,8 +22,7 @@ from concurrent.futures import Executor
 
 from google.protobuf import struct_pb2, timestamp_pb2
 
-from trainwire_coordinator.execution.controller_states import ControllerState
-from trainwire_coordinator.execution.run_state import TERMINAL
+from trainwire_coordinator.execution.run_state import TERMINAL, ControllerState
 from trainwire_coordinator.metadata import MetadataStore, RunRecord
 from trainwire_coordinator.metrics import CoordinatorMetrics
 from trainwire_core.v1 import common_pb2, coordinator_pb2

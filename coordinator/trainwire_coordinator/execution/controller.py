@@ -1,7 +1,7 @@
 """The run controller: drives one run's worker groups through the lifecycle of ``run_state``.
 
 As Ray Train V2's controller, it is a loop of attempts through explicit states
-(``controller_states``: ``Reserving``, ``Starting``, ``Running``, ``Restarting``, ``Resizing``,
+(``run_state``: ``Reserving``, ``Starting``, ``Running``, ``Restarting``, ``Resizing``,
 ``Succeeded``...) that carry their own data, and whose decisions are pure functions of
 ``run_state`` (``after_attempt``, ``group_size``, ``resize_target``, ``stop_reached``,
 ``is_stale``) under the injected failure and scaling policies. What redirects a run from
@@ -28,28 +28,26 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from trainwire.train.context import TrainContext
+from trainwire.train.session import TrainContext
 from trainwire_coordinator.execution.admitted_run import AdmittedRun
 from trainwire_coordinator.execution.callbacks import ControllerCallback, ControllerCallbacks
-from trainwire_coordinator.execution.controller_states import (
-    ControllerState,
-    Failed,
-    FittingPreprocessor,
-    Initializing,
-    PreparingShards,
-    Reserving,
-    Restarting,
-    Running,
-    Stalled,
-    Starting,
-)
 from trainwire_coordinator.execution.datasets import RunDatasets, report_if_slow
 from trainwire_coordinator.execution.run_state import (
     TERMINAL,
     AttemptOutcome,
+    ControllerState,
+    Failed,
     FailurePolicy,
+    FittingPreprocessor,
+    Initializing,
     LossMemory,
+    PreparingShards,
+    Reserving,
+    Restarting,
+    Running,
     Signals,
+    Stalled,
+    Starting,
     after_attempt,
     check_transition,
     group_size,
