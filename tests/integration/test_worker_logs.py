@@ -15,7 +15,7 @@ from trainwire_coordinator.run_logs import LogReader
 from trainwire_core.errors import InvalidArgumentError
 from trainwire_core.storage import Store
 from trainwire_core.v1 import coordinator_pb2, coordinator_pb2_grpc
-from trainwire_worker.log_shipper import ChunkWriter
+from trainwire_worker.log_capture import ChunkWriter
 
 LINES = 1000
 

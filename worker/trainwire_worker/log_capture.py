@@ -1,4 +1,23 @@
-"""Captures a rank's stdout and stderr (``print``, ``logging``, C libraries) for the run's logs."""
+"""Captures a rank's stdout and stderr (``print``, ``logging``, C libraries) and ships them to the store.
+
+``LogCapture`` points the worker's file descriptors 1 and 2 at two pipes for one rank's
+attempt; a shipper process of its own (``serve``, this module run as a script) reads them.
+Because the shipper is another process, a line the loop wrote before it was SIGKILLed or
+crashed is still in the pipe: it is read at end of file and written with the rest. Lines go to
+the store in numbered chunks (``trainwire_core.run_logs``), at most ``FLUSH_S`` apart, and a
+``done`` file ends the stream. The lines are not copied to Ray's worker log files: Ray's log
+monitor would read each again and send it to the coordinator's console, which costs the
+training loop's host CPU for output nobody reads there.
+
+A worker keeps one shipper for its lifetime (``worker_shipper``): starting an interpreter that
+imports pyarrow, and tearing it down, took a few hundred milliseconds of every short run.
+Lines on a control pipe mark each run: ``BEGIN <spec JSON>`` opens its stream, ``END``
+drains the pipes into it, writes ``done`` and acknowledges on the ack pipe. A worker that
+dies closes the control pipe: what is left in the pipes is shipped to the open run, and the
+shipper exits.
+
+The shipper runs as ``python -m trainwire_worker.log_capture STDOUT_FD STDERR_FD CONTROL_FD ACK_FD``.
+"""
 
 from __future__ import annotations
 
@@ -6,15 +25,157 @@ import json
 import logging
 import os
 import select
+import selectors
 import subprocess
 import sys
 import threading
+import time
 
-from trainwire_core.run_logs import stream_dir
+from trainwire_core.run_logs import CHUNK_NAME, DONE_NAME, MAX_LINE_CHARS, chunk_name, stream_dir
 from trainwire_core.storage import Store
 
 logger = logging.getLogger(__name__)
 
+# The shipper's side (its own process).
+FLUSH_S = 0.3
+FLUSH_BYTES = 1 << 20
+_READ = 1 << 16
+
+
+class ChunkWriter:
+    """Numbered chunks of one stream, rotated to stay under ``max_bytes``."""
+
+    def __init__(self, store: Store, directory: str, max_bytes: int) -> None:
+        self.store, self.directory, self.max_bytes = store, directory, max_bytes
+        # Chunks are never rewritten: a stream started again (the same rank and attempt on a
+        # new process) goes on after what is there.
+        existing = [int(m.group(1)) for n in store.list_dir(directory) if (m := CHUNK_NAME.match(n))]
+        self.seq = max(existing, default=0)
+        self.kept: list[tuple[int, int]] = []  # (seq, bytes) of the chunks still stored
+        self.records: list[bytes] = []
+        self.size = 0
+
+    def add(self, when: float, stream: str, text: str) -> None:
+        record = json.dumps({"t": round(when, 6), "s": stream, "l": text}, ensure_ascii=False).encode() + b"\n"
+        self.records.append(record)
+        self.size += len(record)
+
+    def flush(self) -> None:
+        if not self.records:
+            return
+        self.seq += 1
+        data = b"".join(self.records)
+        self.store.write_bytes(f"{self.directory}/{chunk_name(self.seq)}", data)
+        self.records, self.size = [], 0
+        self.kept.append((self.seq, len(data)))
+        # Rotation: the oldest chunks go once the stream holds more than max_bytes (the newest stays).
+        while self.max_bytes and len(self.kept) > 1 and sum(n for _, n in self.kept) > self.max_bytes:
+            seq, _ = self.kept.pop(0)
+            self.store.fs.delete_file(f"{self.directory}/{chunk_name(seq)}")
+
+    def done(self) -> None:
+        self.flush()
+        self.store.write_json(f"{self.directory}/{DONE_NAME}", {"chunks": self.seq})
+
+
+class Segments:
+    """The runs of one worker process on its two pipes, one open at a time."""
+
+    def __init__(self, stdout_fd: int, stderr_fd: int) -> None:
+        self.streams = {stdout_fd: "stdout", stderr_fd: "stderr"}
+        self.partial = {fd: b"" for fd in self.streams}
+        self.writer: ChunkWriter | None = None
+        self.stores: dict[str, Store] = {}
+
+    def begin(self, spec: dict) -> None:
+        if self.writer is not None:
+            self.end()
+        uri = spec["store_uri"]
+        store = self.stores.get(uri) or self.stores.setdefault(uri, Store(uri))
+        self.writer = ChunkWriter(store, spec["directory"], int(spec["max_bytes"]))
+
+    def take(self, fd: int, data: bytes, now: float) -> None:
+        buf = self.partial[fd] + data
+        *lines, self.partial[fd] = buf.split(b"\n")
+        if self.writer is None:  # nothing is printed between runs; a stray line has no run to go to
+            return
+        for line in lines:
+            text = line.decode("utf-8", errors="replace").rstrip("\r")
+            for start in range(0, max(len(text), 1), MAX_LINE_CHARS):
+                self.writer.add(now, self.streams[fd], text[start : start + MAX_LINE_CHARS])
+        if len(self.partial[fd]) > 4 * MAX_LINE_CHARS:  # a line with no end: keep it bounded
+            self.writer.add(now, self.streams[fd], self.partial[fd].decode("utf-8", errors="replace"))
+            self.partial[fd] = b""
+
+    def drain(self, fd: int) -> bool:
+        """Reads what the pipe holds now; False at end of file."""
+        while True:
+            try:
+                data = os.read(fd, _READ)
+            except BlockingIOError:
+                return True
+            if not data:
+                return False
+            self.take(fd, data, time.time())
+
+    def end(self) -> None:
+        now = time.time()
+        for fd, rest in self.partial.items():
+            if rest and self.writer is not None:
+                self.writer.add(now, self.streams[fd], rest.decode("utf-8", errors="replace"))
+            self.partial[fd] = b""
+        if self.writer is not None:
+            self.writer.done()
+            self.writer = None
+
+
+def serve(stdout_fd: int, stderr_fd: int, control_fd: int, ack_fd: int) -> None:
+    """Ships every run of one worker process, as the control pipe marks them (see the module's doc)."""
+    segments = Segments(stdout_fd, stderr_fd)
+    for fd in (stdout_fd, stderr_fd):
+        os.set_blocking(fd, False)
+    selector = selectors.DefaultSelector()
+    for fd in (control_fd, stdout_fd, stderr_fd):
+        selector.register(fd, selectors.EVENT_READ)
+    commands = b""
+    worker_gone = False
+    last_flush = time.monotonic()
+    while selector.get_map():
+        events = selector.select(max(0.0, FLUSH_S - (time.monotonic() - last_flush)))
+        ready = {key.fd for key, _ in events}
+        if control_fd in ready:  # before the data: a run's BEGIN was written before its first line
+            data = os.read(control_fd, _READ)
+            if not data:
+                selector.unregister(control_fd)
+                worker_gone = True
+            commands += data
+            while b"\n" in commands:
+                line, commands = commands.split(b"\n", 1)
+                if line.startswith(b"BEGIN "):
+                    segments.begin(json.loads(line[6:]))
+                elif line == b"END":
+                    # Everything the run wrote is in the pipes by now: it wrote END after its last line.
+                    for fd in (stdout_fd, stderr_fd):
+                        if fd in selector.get_map() and not segments.drain(fd):
+                            selector.unregister(fd)
+                    segments.end()
+                    os.write(ack_fd, b"k")
+        for fd in ready & {stdout_fd, stderr_fd}:
+            if fd in selector.get_map() and not segments.drain(fd):
+                selector.unregister(fd)
+        if worker_gone and not (selector.get_map().keys() & {stdout_fd, stderr_fd}):
+            break  # the worker died and its pipes have ended: the open run gets what was left
+        if segments.writer is not None and (
+            segments.writer.size >= FLUSH_BYTES or time.monotonic() - last_flush >= FLUSH_S
+        ):
+            segments.writer.flush()
+            last_flush = time.monotonic()
+        elif segments.writer is None:
+            last_flush = time.monotonic()
+    segments.end()
+
+
+# The worker's side.
 # Longest wait for the shipper to store a run's last lines.
 SHIPPER_DRAIN_S = 10.0
 # The worker's own stderr (Ray's log file), taken before any run points descriptor 2 elsewhere.
@@ -22,7 +183,7 @@ _WORKER_STDERR = os.dup(2)
 
 
 class Shipper:
-    """This worker process's log shipper (``log_shipper.serve``), and the pipes to it."""
+    """This worker process's log shipper (``serve``, in a process of its own), and the pipes to it."""
 
     def __init__(self) -> None:
         out_r, self.out_w = os.pipe()
@@ -32,7 +193,7 @@ class Shipper:
         fds = (out_r, err_r, control_r, ack_w)
         # A session of its own: it outlives this process, to ship what a crash left in the pipes.
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "trainwire_worker.log_shipper", *map(str, fds)],
+            [sys.executable, "-m", "trainwire_worker.log_capture", *map(str, fds)],
             pass_fds=fds,
             stdin=subprocess.DEVNULL,
             # Not descriptors 1 and 2: during a run they are that run's capture.
@@ -138,3 +299,7 @@ class LogCapture:
         if not self.shipper.end(SHIPPER_DRAIN_S):
             logger.warning("the log shipper did not store the run's last lines within %g s", SHIPPER_DRAIN_S)
             _discard(self.shipper)  # the next run starts a new one
+
+
+if __name__ == "__main__":
+    serve(*(int(fd) for fd in sys.argv[1:5]))
