@@ -124,7 +124,7 @@ def bench_trainwire(train_df: Any, valid_df: Any, rounds: int, repeats: int) -> 
 
 def bench_report(address: str, secret: str, store_dir: str, calls: int) -> tuple[float, float, int]:
     """Mean and p99 ms of ``WorkerSession.report``; and how many reports the coordinator acked."""
-    from trainwire.train.context import TrainContext
+    from trainwire.train.session import TrainContext
     from trainwire_core.storage import Store
     from trainwire_worker.report_client import ReportStreamClient
     from trainwire_worker.session import WorkerSession

@@ -316,7 +316,7 @@ class DataParallelTrainer(BaseTrainer):
 
 def with_validation(loop: Callable[..., Any], validation: ValidationConfig) -> Callable[..., Any]:
     """``loop`` with the session told of ``validation`` before it starts (same arity as ``loop``)."""
-    from trainwire.train.context import get_session
+    from trainwire.train.session import get_session
 
     if inspect.signature(loop).parameters:
 

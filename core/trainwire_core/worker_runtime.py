@@ -25,7 +25,7 @@ class WorkerRun:
     Args:
         framework: The framework whose training function runs (its worker backend's name).
         request_bytes: The serialized ``FitRequest``.
-        context: The rank's ``trainwire.train.context.TrainContext``.
+        context: The rank's ``trainwire.train.session.TrainContext``.
         coordinator_address: Where the report stream goes.
         report_secret: The run's secret on the report stream.
         report_tls: How to verify the coordinator (None: plaintext).

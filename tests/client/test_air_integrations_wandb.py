@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from trainwire.air.integrations.wandb import WandbLoggerCallback, setup_wandb
-from trainwire.train.context import TrainContext, set_session
+from trainwire.train.session import TrainContext, set_session
 
 pytest.importorskip("wandb")
 

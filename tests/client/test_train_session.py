@@ -8,8 +8,7 @@ import time
 import pytest
 
 from trainwire.checkpoint import Checkpoint
-from trainwire.train.context import TrainContext
-from trainwire.train.session import Report, ReportingSession
+from trainwire.train.session import Report, ReportingSession, TrainContext
 from trainwire.train.v2 import CheckpointUploadMode, ValidationConfig, ValidationTaskConfig
 from trainwire_core.errors import InvalidArgumentError
 

@@ -16,7 +16,7 @@ import cloudpickle
 
 from trainwire.checkpoint import Checkpoint
 from trainwire.config import SyncConfig
-from trainwire.train.context import set_session
+from trainwire.train.session import set_session
 from trainwire_core.storage import RETURN_VALUE_MAX_BYTES, RETURN_VALUE_NAME, Store
 from trainwire_core.v1 import common_pb2, coordinator_pb2, worker_reports_pb2
 from trainwire_core.worker_runtime import WorkerRun, free_port

@@ -20,8 +20,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from trainwire.checkpoint import Checkpoint
-from trainwire.train.context import TrainContext
-from trainwire.train.session import Report, ReportingSession
+from trainwire.train.session import Report, ReportingSession, TrainContext
 from trainwire.train.v2 import CheckpointConsistencyMode, CheckpointUploadMode, ReportedCheckpoint, ValidationTaskConfig
 from trainwire_core.datasets import ShardSpec
 from trainwire_core.errors import InvalidArgumentError

@@ -27,7 +27,7 @@ from trainwire.checkpoint import Checkpoint
 from trainwire.config import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig, SyncConfig
 from trainwire.data_config import DataConfig
 from trainwire.result import Result
-from trainwire.train.context import TrainContext, get_session
+from trainwire.train.session import TrainContext, get_session
 from trainwire.train.v2 import (
     BackendConfig,
     CheckpointConsistencyMode,

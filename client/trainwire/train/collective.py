@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 import cloudpickle
 
-from trainwire.train.context import get_session
+from trainwire.train.session import get_session
 
 __all__ = ["barrier", "broadcast_from_rank_zero"]
 

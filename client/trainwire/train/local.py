@@ -23,8 +23,7 @@ import pyarrow as pa
 from trainwire.callbacks import dispatch
 from trainwire.checkpoint import Checkpoint
 from trainwire.result import Result, WorkerFailure
-from trainwire.train.context import TrainContext, get_session_or_none, set_session
-from trainwire.train.session import Report, ReportingSession
+from trainwire.train.session import Report, ReportingSession, TrainContext, get_session_or_none, set_session
 from trainwire.train.v2 import CheckpointUploadMode, ReportedCheckpoint, TrainRunContext, UserCallback
 from trainwire_core.errors import InvalidArgumentError, TrainingFailedError
 from trainwire_core.structs import flatten_metrics

@@ -1,7 +1,12 @@
-"""``train.report()``, ``get_checkpoint()`` and ``get_dataset_shard()``, written once.
+"""The training loop's session: where a worker stands, and ``train.report()`` written once.
 
-Local mode (``trainwire.train.local``) and the worker runtime (``trainwire_worker.session``)
-subclass ``ReportingSession`` and give only their transport: where a report goes
+``TrainContext`` is where this worker stands in its run (``ray.train.get_context()``), and
+``TrainSession`` the interface a worker runtime implements for ``trainwire.train``; the session
+of the loop running in this process is set with ``set_session``.
+
+``train.report()``, ``get_checkpoint()`` and ``get_dataset_shard()`` are written once, in
+``ReportingSession``: local mode (``trainwire.train.local``) and the worker runtime
+(``trainwire_worker.session``) subclass it and give only their transport: where a report goes
 (``_deliver``: in this process, or the worker's report stream) and what a dataset is to the
 loop (``_shard``). What a report may hold, how reports are numbered and checkpoints named,
 what a ``checkpoint_upload_fn`` must return and how validation metrics are computed are the
@@ -17,13 +22,125 @@ from dataclasses import dataclass
 from typing import Any
 
 from trainwire.checkpoint import Checkpoint
-from trainwire.train.context import TrainContext, TrainSession
 from trainwire.train.v2 import (
     CheckpointUploadMode,
     ValidationConfig,
     ValidationTaskConfig,
 )
 from trainwire_core.errors import InvalidArgumentError
+
+
+@dataclass(frozen=True)
+class TrainContext:
+    """Where this worker stands in its run, as ``ray.train.get_context()`` tells."""
+
+    run_id: str
+    run_name: str
+    world_rank: int
+    world_size: int
+    local_rank: int
+    local_world_size: int
+    node_rank: int
+    attempt: int = 0
+    storage_path: str = ""
+    # This worker's local artifact directory; SyncConfig(sync_artifacts=True) copies it to the store.
+    trial_dir: str = ""
+
+    def get_world_rank(self) -> int:
+        return self.world_rank
+
+    def get_world_size(self) -> int:
+        return self.world_size
+
+    def get_local_rank(self) -> int:
+        return self.local_rank
+
+    def get_local_world_size(self) -> int:
+        return self.local_world_size
+
+    def get_node_rank(self) -> int:
+        return self.node_rank
+
+    def get_experiment_name(self) -> str:
+        return self.run_name
+
+    def get_trial_name(self) -> str:
+        return self.run_name
+
+    def get_storage(self) -> StorageInfo:
+        """The run's directory in the shared store (a URI string), with Ray's StorageContext helpers."""
+        return StorageInfo(self.storage_path)
+
+    def get_trial_dir(self) -> str:
+        """A local directory for this worker's artifacts (logs, plots, ...), as in Ray Train."""
+        return self.trial_dir
+
+
+class StorageInfo(str):
+    """The URI of the run's directory in the store; a ``str``, with Ray's ``StorageContext`` helpers.
+
+    ``build_checkpoint_path_from_name(name)`` is where a checkpoint of that directory name is
+    committed: a loop that writes there itself reports it with ``CheckpointUploadMode.NO_UPLOAD``.
+    """
+
+    @property
+    def experiment_fs_path(self) -> str:
+        return str(self)
+
+    @property
+    def storage_path(self) -> str:
+        return str(self)
+
+    def build_checkpoint_path_from_name(self, name: str) -> str:
+        return f"{str(self).split('?', 1)[0].rstrip('/')}/checkpoints/{name}" + (
+            "?" + str(self).split("?", 1)[1] if "?" in self else ""
+        )
+
+
+class TrainSession(abc.ABC):
+    """What a worker provides to the training loop running on it."""
+
+    context: TrainContext
+
+    @abc.abstractmethod
+    def report(self, metrics: dict[str, Any], checkpoint: Checkpoint | None = None, **options: Any) -> None:
+        """``options``: Train V2's checkpoint_dir_name, checkpoint_upload_mode,
+        delete_local_checkpoint_after_upload, checkpoint_upload_fn and validation."""
+
+    def get_all_reported_checkpoints(self, consistency_mode: Any, timeout_s: float | None) -> list[Any]:
+        raise NotImplementedError(f"{type(self).__name__} does not keep reported checkpoints")
+
+    def set_validation(self, config: Any) -> None:
+        """The trainer's ValidationConfig, set before the loop starts."""
+        self.validation_config = config
+
+    @abc.abstractmethod
+    def get_checkpoint(self) -> Checkpoint | None: ...
+
+    @abc.abstractmethod
+    def get_dataset_shard(self, name: str) -> Any: ...
+
+
+_session: TrainSession | None = None
+
+
+def set_session(session: TrainSession | None) -> None:
+    global _session
+    _session = session
+
+
+def get_session() -> TrainSession:
+    if _session is None:
+        raise RuntimeError(
+            "trainwire.train functions work only inside a training loop run by a trainwire worker "
+            "(pass the loop to a Trainer and call fit())"
+        )
+    return _session
+
+
+def get_session_or_none() -> TrainSession | None:
+    """The session of the loop running in this process, if one is."""
+    return _session
 
 
 def checkpoint_id_for(report_index: int) -> str:

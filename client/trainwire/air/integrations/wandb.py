@@ -173,7 +173,7 @@ def setup_wandb(
     """
     import wandb
 
-    from trainwire.train.context import get_session_or_none
+    from trainwire.train.session import get_session_or_none
 
     session = get_session_or_none()
     context = session.context if session is not None else None
