@@ -162,6 +162,162 @@ def test_inputs_and_outputs_in_shared_memory_answer_as_without(server, columns, 
         client.close()
 
 
+@pytest.mark.parametrize("output_in_shm", [True, False])
+def test_a_grpc_request_with_tensors_in_shared_memory_is_answered_raw_one_entry_per_output(
+    server, columns, key, output_in_shm
+):
+    """Triton's C++ client (perf_analyzer's) reads raw_output_contents[i] for each output i, never checking the
+    index: a request with no raw inputs (all in shared memory) must still be answered raw, an empty entry
+    standing for an output in shared memory. Answered in typed contents, perf_analyzer crashed (SIGSEGV)."""
+    import grpc
+
+    from trainwire_core.inference import grpc_service_pb2 as pb
+    from trainwire_core.inference import grpc_service_pb2_grpc as pb_grpc
+
+    blob = list(columns.values())
+    in_size = sum(a.nbytes for a in blob)
+    region_in = shm.create_shared_memory_region("in", key, in_size)
+    region_out = shm.create_shared_memory_region("out", key + "-out", 8 * ROWS)
+    client = grpcclient.InferenceServerClient(server.address)
+    try:
+        expected = infer_plain(client, grpcclient, columns)
+        shm.set_shared_memory_region(region_in, blob)
+        client.register_system_shared_memory("in", key, in_size, headers=auth(ADMIN))
+        client.register_system_shared_memory("out", key + "-out", 8 * ROWS, headers=auth(ADMIN))
+        # The smallest such request, as perf_analyzer sends it: no raw_input_contents at all.
+        request = pb.ModelInferRequest(model_name=MODEL)
+        offset = 0
+        for name, arr in columns.items():
+            tensor = request.inputs.add(name=name, datatype="FP64", shape=list(arr.shape))
+            tensor.parameters["shared_memory_region"].string_param = "in"
+            tensor.parameters["shared_memory_byte_size"].int64_param = arr.nbytes
+            tensor.parameters["shared_memory_offset"].int64_param = offset
+            offset += arr.nbytes
+        out = request.outputs.add(name="predictions")
+        if output_in_shm:
+            out.parameters["shared_memory_region"].string_param = "out"
+            out.parameters["shared_memory_byte_size"].int64_param = 8 * ROWS
+        with grpc.insecure_channel(server.address) as channel:
+            stub = pb_grpc.GRPCInferenceServiceStub(channel)
+            response = stub.ModelInfer(request, metadata=[("authorization", f"Bearer {USER}")], timeout=60)
+        assert [o.name for o in response.outputs] == ["predictions"]
+        assert list(response.outputs[0].shape) == [ROWS] and response.outputs[0].datatype == "FP32"
+        assert not response.outputs[0].HasField("contents")
+        assert len(response.raw_output_contents) == len(response.outputs)
+        if output_in_shm:
+            assert response.raw_output_contents[0] == b""
+            assert response.outputs[0].parameters["shared_memory_region"].string_param == "out"
+            got = shm.get_contents_as_numpy(region_out, expected.dtype, expected.shape)
+        else:
+            got = np.frombuffer(response.raw_output_contents[0], dtype=np.float32)
+        np.testing.assert_array_equal(got, expected)
+    finally:
+        client.unregister_system_shared_memory(headers=auth(ADMIN))
+        shm.destroy_shared_memory_region(region_in)
+        shm.destroy_shared_memory_region(region_out)
+        client.close()
+
+
+def test_a_rest_output_in_shared_memory_is_named_with_no_parameters_or_data(server, columns, key):
+    """As Triton's HTTP answer: Triton's C++ client reads an output's ``parameters`` as ``binary_data_size``."""
+    import urllib.request
+
+    blob = list(columns.values())
+    in_size = sum(a.nbytes for a in blob)
+    region_in = shm.create_shared_memory_region("in", key, in_size)
+    region_out = shm.create_shared_memory_region("out", key + "-out", 8 * ROWS)
+    client = httpclient.InferenceServerClient(server.http_address)
+    try:
+        expected = infer_plain(client, httpclient, columns)
+        shm.set_shared_memory_region(region_in, blob)
+        client.register_system_shared_memory("in", key, in_size, headers=auth(ADMIN))
+        client.register_system_shared_memory("out", key + "-out", 8 * ROWS, headers=auth(ADMIN))
+        inputs, offset = [], 0
+        for name, arr in columns.items():
+            params = {
+                "shared_memory_region": "in",
+                "shared_memory_byte_size": arr.nbytes,
+                "shared_memory_offset": offset,
+            }
+            inputs.append({"name": name, "datatype": "FP64", "shape": [ROWS], "parameters": params})
+            offset += arr.nbytes
+        out = {
+            "name": "predictions",
+            "parameters": {"shared_memory_region": "out", "shared_memory_byte_size": 8 * ROWS},
+        }
+        body = json.dumps({"inputs": inputs, "outputs": [out]}).encode()
+        request = urllib.request.Request(
+            f"http://{server.http_address}/v2/models/{MODEL}/infer",
+            body,
+            {"content-type": "application/json", **auth(USER)},
+        )
+        with urllib.request.urlopen(request, timeout=60) as answer:
+            doc = json.loads(answer.read())
+        assert doc["outputs"] == [{"name": "predictions", "datatype": "FP32", "shape": [ROWS]}]
+        np.testing.assert_array_equal(shm.get_contents_as_numpy(region_out, expected.dtype, expected.shape), expected)
+    finally:
+        client.unregister_system_shared_memory(headers=auth(ADMIN))
+        shm.destroy_shared_memory_region(region_in)
+        shm.destroy_shared_memory_region(region_out)
+        client.close()
+
+
+def _perf_analyzer_ready() -> bool:
+    """Whether scripts/perf_analyzer.sh has its binary and libraries already (a test never downloads them)."""
+    import pathlib
+
+    home = pathlib.Path(os.environ.get("TRAINWIRE_PERF_ANALYZER_HOME", "~/.cache/trainwire/perf_analyzer")).expanduser()
+    binary = any(p.is_file() for p in (home / "wheel").rglob("perf_analyzer")) if (home / "wheel").is_dir() else False
+    loader = any((home / "root" / d / "ld-linux-x86-64.so.2").exists() for d in ("usr/lib/x86_64-linux-gnu", "lib"))
+    return binary and loader
+
+
+@pytest.mark.skipif(not _perf_analyzer_ready(), reason="perf_analyzer is not set up (scripts/perf_analyzer.sh)")
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
+def test_perf_analyzer_runs_with_system_shared_memory(tmp_path, protocol):
+    """Triton's perf_analyzer, --shared-memory system, over each protocol (on gRPC it crashed before the fix).
+
+    The booster is trained on a bare matrix, so its one input is [-1, 6]: perf_analyzer cannot feed
+    per-column inputs whose rows are scalars.
+    """
+    import csv
+    import pathlib
+    import subprocess
+
+    import xgboost
+    from conftest import commit_checkpoint
+
+    from trainwire.xgboost.checkpoint import XGBoostCheckpoint
+    from trainwire_predictor.server import PredictorThread
+    from trainwire_predictor.settings import PredictorSettings
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(64, 6))
+    booster = xgboost.train({"max_depth": 2, "nthread": 1}, xgboost.DMatrix(x, label=x[:, 0] > 0), 4)
+    store = Store(str(tmp_path / "store"))
+    commit_checkpoint(store, "run-pa", MODEL, "c1", XGBoostCheckpoint.from_model(booster).path)
+    thread = PredictorThread(PredictorSettings(port=0, http_port=0, store=store.uri, compile_tree_models=False))
+    thread.start()
+    try:
+        url = thread.server.address if protocol == "grpc" else thread.server.http_address
+        out = tmp_path / "pa.csv"
+        script = pathlib.Path(__file__).resolve().parents[2] / "scripts" / "perf_analyzer.sh"
+        proc = subprocess.run(
+            ["bash", str(script), "-m", MODEL, "-u", url, "-i", protocol, "-b", "4", "--shape", "input:6"]
+            + ["--concurrency-range", "1"]
+            + ["--measurement-mode", "count_windows", "--measurement-request-count", "20", "--max-trials", "3"]
+            + ["--stability-percentage", "1000", "--shared-memory", "system", "-f", str(out)],
+            capture_output=True,
+            text=True,
+            timeout=90,
+        )
+        assert proc.returncode == 0, (proc.returncode, proc.stdout[-2000:], proc.stderr[-2000:])
+        with out.open() as f:
+            assert float(next(csv.DictReader(f))["Inferences/Second"]) > 0
+    finally:
+        thread.stop()
+
+
 @pytest.mark.parametrize("protocol", ["grpc", "http"])
 def test_cuda_shared_memory_is_unimplemented(server, protocol):
     module = grpcclient if protocol == "grpc" else httpclient

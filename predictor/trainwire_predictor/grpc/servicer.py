@@ -132,8 +132,11 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         return self.dataplane.statistics
 
     async def infer(self, request: pb.ModelInferRequest, routing_key: str = "") -> pb.ModelInferResponse:
-        encode = _RAW if request.raw_input_contents else _TYPED
-        return await self.dataplane.infer(request_from_proto(request, routing_key), encode)
+        parsed = request_from_proto(request, routing_key)
+        # Raw whenever Triton would be: its C++ client (perf_analyzer's) reads every output's
+        # raw_output_contents entry by index, also where the tensors lie in shared memory.
+        encode = _RAW if request.raw_input_contents or parsed.shared_memory else _TYPED
+        return await self.dataplane.infer(parsed, encode)
 
     @handle_errors
     async def ServerLive(self, request: pb.ServerLiveRequest, context: Context) -> pb.ServerLiveResponse:

@@ -10,7 +10,7 @@ for binary (``parameters.binary_data`` on an output, or
 sends by default); the answer is then laid out the same way. An input or output
 with ``parameters.shared_memory_region`` (and ``shared_memory_byte_size``,
 ``shared_memory_offset``) lies in a registered shared memory region instead
-(Triton's system shared memory extension).
+(Triton's system shared memory extension); the answer then names such an output with no data.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import orjson
 from trainwire_core.errors import InvalidArgumentError
 from trainwire_predictor.http import dumps
 from trainwire_predictor.inference import InferenceRequest, InferenceResponse, InputTensor, datatype_name, raw_bytes
-from trainwire_predictor.shared_memory import BYTE_SIZE, OFFSET, REGION, SharedMemoryRef, region_ref
+from trainwire_predictor.shared_memory import REGION, region_ref
 
 HEADER_LENGTH = "inference-header-content-length"
 JSON_TYPE = "application/json"
@@ -191,9 +191,10 @@ def encode_infer_response(response: InferenceResponse, form: OutputForm) -> tupl
     regions = response.output_regions
     for name, arr in response.outputs:
         tensor: dict[str, Any] = {"name": name, "datatype": datatype_name(arr.dtype), "shape": list(arr.shape)}
-        ref = regions.get(name) if regions else None
-        if ref is not None:
-            tensor["parameters"] = _region_parameters(ref)
+        if regions and name in regions:
+            # Written into its region: name, datatype and shape only, as Triton answers (its C++
+            # client, perf_analyzer's, reads an output's parameters as binary_data_size).
+            pass
         elif form.is_binary(name):
             blob = raw_bytes(arr)
             tensor["parameters"] = {"binary_data_size": len(blob)}
@@ -208,11 +209,3 @@ def encode_infer_response(response: InferenceResponse, form: OutputForm) -> tupl
     if not blobs:
         return head, {"content-type": JSON_TYPE}
     return b"".join([head, *blobs]), {"content-type": BINARY_TYPE, HEADER_LENGTH: str(len(head))}
-
-
-def _region_parameters(ref: SharedMemoryRef) -> dict[str, Any]:
-    """Where an output written into shared memory lies (its only data in the answer)."""
-    params: dict[str, Any] = {REGION: ref.region, BYTE_SIZE: ref.byte_size}
-    if ref.offset:
-        params[OFFSET] = ref.offset
-    return params
