@@ -133,6 +133,8 @@ class RunManager:
             RunEvents(self.events.append),
             self.persistence,
         ]
+        # Hung after those on a search's trial runs only (the search's stopper gate): a plain fit never enters tune/.
+        self.trial_callbacks: list[ControllerCallback] = []
 
     async def recover(self) -> list[str]:
         """Carries on the runs a previous coordinator left active; returns their ids.
@@ -248,7 +250,7 @@ class RunManager:
             checkpoints=CheckpointManager(
                 admitted.store, run.run_id, run.name, admitted.checkpoint_config, admitted.request.framework
             ),
-            callbacks=self.callbacks,
+            callbacks=self.callbacks + self.trial_callbacks if run.tune_id else self.callbacks,
             settings=self.controller_settings,
         )
 

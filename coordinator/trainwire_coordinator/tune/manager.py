@@ -51,7 +51,7 @@ class TuneManager:
         self.drivers: dict[str, TuneDriver] = {}
         self.by_run: dict[str, TuneDriver] = {}
         # Trial runs made from now on wait on each report for their search's stopper (a no-op without one).
-        runs.callbacks.append(StopperGate(self.by_run))
+        runs.trial_callbacks.append(StopperGate(self.by_run))
 
     def _follow_events(self, follow: bool = True) -> None:
         # The run event log tells this manager of its trials' events only while a search runs:
