@@ -68,6 +68,3 @@ class CoordinatorMetrics:
             "trainwire_run_restarts", "New worker groups of running runs, by reason", ["reason"], registry=self.registry
         )
         self.registry.register(_RunsByState(active_states))
-
-    def finished(self, state: int) -> None:
-        self.runs_finished.labels(common_pb2.RunState.Name(state)).inc()

@@ -186,7 +186,7 @@ class ControllerMetricsCallback(ControllerCallback):
         self, run: coordinator_pb2.Run, previous: ControllerState, current: ControllerState
     ) -> None:
         if current.run_state in TERMINAL:
-            self.metrics.finished(current.run_state)
+            self.metrics.runs_finished.labels(common_pb2.RunState.Name(current.run_state)).inc()
 
     async def on_worker_error(self, run: coordinator_pb2.Run, error: common_pb2.WorkerError, counted: bool) -> None:
         self.metrics.worker_failures.labels(str(counted).lower()).inc()
