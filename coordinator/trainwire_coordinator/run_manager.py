@@ -19,7 +19,6 @@ from trainwire_coordinator.admission.datasets import DatasetService
 from trainwire_coordinator.admission.fit_checks import FitChecks, run_store
 from trainwire_coordinator.admission.report_checks import ReportSecrets, check_report
 from trainwire_coordinator.admission.runtime_envs import PackageService
-from trainwire_coordinator.events import EventLog
 from trainwire_coordinator.execution.admitted_run import AdmittedRun
 from trainwire_coordinator.execution.callbacks import (
     ControllerCallback,
@@ -40,7 +39,7 @@ from trainwire_coordinator.execution.run_state import ACTIVE, TERMINAL, FailureP
 from trainwire_coordinator.execution.worker_pool import WorkerPool
 from trainwire_coordinator.metadata import MetadataStore, RunRecord
 from trainwire_coordinator.metrics import CoordinatorMetrics
-from trainwire_coordinator.run_logs import LogReader, watch_logs
+from trainwire_coordinator.run_streams import EventLog, LogReader, watch_logs
 from trainwire_core.auth import SUBMIT_CODE, Caller, current_caller
 from trainwire_core.errors import InvalidArgumentError, NotFoundError, PermissionDeniedError, TrainwireError
 from trainwire_core.manifest import is_derived_path

@@ -336,8 +336,8 @@ def test_batched_watch_sends_the_events_watch_sends(tmp_path):
 
     from google.protobuf import struct_pb2
 
-    from trainwire_coordinator.events import EventLog
     from trainwire_coordinator.metadata import open_metadata_store
+    from trainwire_coordinator.run_streams import EventLog
     from trainwire_core.v1 import common_pb2, coordinator_pb2
 
     metadata = open_metadata_store(str(tmp_path / "state.db"))

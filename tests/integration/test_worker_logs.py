@@ -11,7 +11,7 @@ import pytest
 
 from trainwire import FailureConfig, RunConfig, ScalingConfig
 from trainwire.torch import TorchTrainer
-from trainwire_coordinator.run_logs import LogReader
+from trainwire_coordinator.run_streams import LogReader
 from trainwire_core.errors import InvalidArgumentError
 from trainwire_core.storage import Store
 from trainwire_core.v1 import coordinator_pb2, coordinator_pb2_grpc
