@@ -40,7 +40,7 @@ from trainwire_coordinator.execution.worker_pool import WorkerPool
 from trainwire_coordinator.metadata import MetadataStore, RunRecord
 from trainwire_coordinator.metrics import CoordinatorMetrics
 from trainwire_coordinator.run_streams import EventLog, LogReader, watch_logs
-from trainwire_core.auth import SUBMIT_CODE, Caller, current_caller
+from trainwire_core.auth import ANYONE, SUBMIT_CODE, Caller, current_caller
 from trainwire_core.errors import InvalidArgumentError, NotFoundError, PermissionDeniedError, TrainwireError
 from trainwire_core.manifest import is_derived_path
 from trainwire_core.storage import Store, is_relative_path
@@ -65,6 +65,8 @@ class RunManager:
         packages: Runtime-environment packages.
         allow_pip_installs: Accept runtime environments with pip requirements.
         policy_factory: Builds the failure policy of a run (tests inject one).
+        authenticated: Calls come with tokens (the server checks them); without, every caller is
+            ``ANYONE`` and no call asks who it is.
     """
 
     def __init__(
@@ -91,8 +93,10 @@ class RunManager:
         materialize_below_bytes: int = 0,
         code_policy: CodePolicy | None = None,
         pip_allowed_index_urls: Sequence[str] = (),
+        authenticated: bool = True,
     ) -> None:
         self.metadata = metadata
+        self.authenticated = authenticated
         self.store = store
         self.datasets = datasets
         self.events = EventLog(metadata, watch_poll_s)
@@ -209,7 +213,7 @@ class RunManager:
         submitted_by: str | None = None,
     ) -> coordinator_pb2.Run:
         """Checks and records a run, then starts it (a search's trials name their search and index)."""
-        caller = current_caller()
+        caller = current_caller() if self.authenticated else ANYONE
         # Dataset and checkpoint checks read the store; capacity asks Ray: off the event loop.
         admitted = await asyncio.to_thread(self.check_fit, request, caller)
         store = admitted.store

@@ -180,6 +180,7 @@ class CoordinatorServer:
             print(f"trainwire coordinator ray {ray.get_runtime_context().gcs_address}", flush=True)
         store = Store(settings.store)
         metadata = open_metadata_store(settings.state)
+        tokens = TokenTable.from_settings(settings.auth_token, settings.tokens)
         self.runs = RunManager(
             metadata,
             store,
@@ -201,6 +202,7 @@ class CoordinatorServer:
             materialize_below_bytes=settings.materialize_datasets_below_bytes,
             code_policy=CodePolicy(store, settings.allowed_estimator_classes, settings.allowed_path_prefixes),
             pip_allowed_index_urls=settings.pip_allowed_index_urls,
+            authenticated=bool(tokens),
         )
         if settings.mlflow_uri:
             # Sees every run event as it is stored; MLflow's calls run on the tracker's thread.
@@ -212,7 +214,6 @@ class CoordinatorServer:
         if self.tracker is not None:
             # Alias moves mirrored as MLflow registry aliases, on the same tracker thread.
             registry.observers.append(self.tracker.observe_alias)
-        tokens = TokenTable.from_settings(settings.auth_token, settings.tokens)
         interceptors = [BearerTokenInterceptor(tokens, PROTECTED_SERVICES, METHOD_SCOPES)] if tokens else []
         self.server = grpc.aio.server(
             options=[*message_size_options(settings.max_message_bytes), *KEEPALIVE_SERVER_OPTIONS],

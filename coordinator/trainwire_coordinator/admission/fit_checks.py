@@ -26,7 +26,7 @@ from trainwire_coordinator.backends import CoordinatorBackend, get_backend
 from trainwire_coordinator.execution.admitted_run import AdmittedRun
 from trainwire_coordinator.execution.placement import PlacementPlan, bundles_for
 from trainwire_coordinator.execution.preprocessors import build_preprocessor
-from trainwire_core.auth import SUBMIT_CODE, Caller, current_caller
+from trainwire_core.auth import ANYONE, SUBMIT_CODE, Caller, current_caller
 from trainwire_core.errors import InvalidArgumentError, PermissionDeniedError, ResourceExhaustedError
 from trainwire_core.storage import Store
 from trainwire_core.v1 import common_pb2, coordinator_pb2
@@ -182,7 +182,7 @@ class FitChecks:
 
         Carried code needs submit-code before anything in the request is looked at further.
         """
-        if carried_code(request):
+        if carried_code(request) and caller is not ANYONE:  # without tokens, every caller may do everything
             caller.require(SUBMIT_CODE)
         return self.validate(request, check_capacity=check_capacity, caller=caller)
 
@@ -198,7 +198,8 @@ class FitChecks:
         backend = get_backend(request.framework)
         check_structs(request)
         self.check_paths(request)
-        self.code_policy.check_code_names(request, caller)
+        if SUBMIT_CODE not in caller.scopes:  # the code policy is for callers without submit-code
+            self.code_policy.check_code_names(request, caller)
         if not request.HasField("scaling_config"):
             request.scaling_config.num_workers = 1
         scaling_config = ScalingConfig.from_proto(request.scaling_config)
