@@ -29,7 +29,9 @@ from typing import TYPE_CHECKING, Any
 
 from trainwire_core.errors import ResourceExhaustedError
 from trainwire_predictor.generative.grammar import Constraint, grammar_tokenizer
+from trainwire_predictor.generative.kvcache import BatchCache
 from trainwire_predictor.generative.lazy import LazyModule
+from trainwire_predictor.generative.packed import pack_linear_layers
 
 if TYPE_CHECKING:
     import torch
@@ -185,46 +187,6 @@ class _Sequence:
     constraint: Constraint | None = None
 
 
-class _Batch:
-    """The active sequences' stacked caches: row i's tokens fill the last of the T columns."""
-
-    def __init__(self, caches: list[tuple[torch.Tensor, torch.Tensor]], mask: torch.Tensor, positions: torch.Tensor):
-        self.caches = caches  # per layer (keys, values), each (B, heads, T, head_dim)
-        self.mask = mask  # (B, T): 1 where a real token is cached
-        self.positions = positions  # (B,): each row's next position id
-
-    @staticmethod
-    def _pad_left(t: torch.Tensor, width: int, dim: int) -> torch.Tensor:
-        missing = width - t.shape[dim]
-        if missing == 0:
-            return t
-        shape = list(t.shape)
-        shape[dim] = missing
-        return torch.cat([t.new_zeros(shape), t], dim=dim)
-
-    def join(self, other: _Batch) -> _Batch:
-        width = max(self.mask.shape[1], other.mask.shape[1])
-        caches = [
-            (
-                torch.cat([self._pad_left(k, width, 2), self._pad_left(k2, width, 2)]),
-                torch.cat([self._pad_left(v, width, 2), self._pad_left(v2, width, 2)]),
-            )
-            for (k, v), (k2, v2) in zip(self.caches, other.caches, strict=True)
-        ]
-        mask = torch.cat([self._pad_left(self.mask, width, 1), self._pad_left(other.mask, width, 1)])
-        return _Batch(caches, mask, torch.cat([self.positions, other.positions]))
-
-    def keep(self, rows: list[int]) -> _Batch:
-        """Only ``rows``, and no leading column that every kept row pads."""
-        index = torch.tensor(rows, dtype=torch.long)
-        mask = self.mask.index_select(0, index)
-        start = int((mask.sum(0) > 0).nonzero()[0]) if mask.numel() else 0
-        caches = [
-            (k.index_select(0, index)[:, :, start:], v.index_select(0, index)[:, :, start:]) for k, v in self.caches
-        ]
-        return _Batch(caches, mask[:, start:], self.positions.index_select(0, index))
-
-
 class _Tenant:
     """One tenant's waiting generations and its place in the fair order."""
 
@@ -334,10 +296,22 @@ class PrefixCache:
             keys.append(parent)
         return keys
 
-    def lookup(self, ids: list[int], keys: list[bytes]) -> tuple[int, list[tuple[torch.Tensor, torch.Tensor]] | None]:
+    def peek(self, keys: list[bytes]) -> int:
+        """How many of ``keys`` lead with blocks kept here (not counted, not marked used)."""
+        found = 0
+        for key in keys:
+            if key not in self._blocks:
+                break
+            found += 1
+        return found
+
+    def lookup(
+        self, ids: list[int], keys: list[bytes], tensors: bool = True
+    ) -> tuple[int, list[tuple[torch.Tensor, torch.Tensor]] | None]:
         """How many leading tokens of ``ids`` are cached, and their keys and values per layer.
 
-        At least the last token is left out: its logits start the generation.
+        At least the last token is left out: its logits start the generation. With ``tensors``
+        False, the count alone (for a prompt whose past another prompt's lookup brought).
         """
         self.lookup_tokens += len(ids)
         found = []
@@ -353,19 +327,26 @@ class PrefixCache:
             self._blocks.move_to_end(key)
         tokens = len(found) * self.block
         self.hit_tokens += tokens
+        if not tensors:
+            return tokens, None
         if len(found) == 1:
             return tokens, list(found[0][1])
         layers = zip(*(blocks for _, blocks in found), strict=True)
         return tokens, [(torch.cat([k for k, _ in kv], dim=2), torch.cat([v for _, v in kv], dim=2)) for kv in layers]
 
-    def store(self, keys: list[bytes], caches: list[tuple[torch.Tensor, torch.Tensor]], start_block: int) -> None:
-        """Keeps blocks ``start_block`` on of a prompt whose caches (one row, every position) are ``caches``."""
+    def store(
+        self, keys: list[bytes], caches: list[tuple[torch.Tensor, torch.Tensor]], start_block: int, offset: int = 0
+    ) -> None:
+        """Keeps blocks ``start_block`` on of a prompt whose caches (one row) are ``caches``.
+
+        ``caches`` hold the prompt's positions from ``offset`` on (at most ``start_block`` blocks in).
+        """
         for i in range(start_block, len(keys)):
             key = keys[i]
             if key in self._blocks:
                 self._blocks.move_to_end(keys[i])
                 continue
-            cut = slice(i * self.block, (i + 1) * self.block)
+            cut = slice(i * self.block - offset, (i + 1) * self.block - offset)
             # Copies: a view would keep the whole prompt's tensors alive.
             blocks = [(k[:, :, cut].clone(), v[:, :, cut].clone()) for k, v in caches]
             size = sum(k.numel() * k.element_size() + v.numel() * v.element_size() for k, v in blocks)
@@ -392,6 +373,8 @@ class GenerationEngine:
         max_waiting_per_tenant: Most requests of one tenant waiting for a slot (0: only ``max_waiting``).
         prefix_cache_bytes: Bytes of prompt prefixes' keys and values kept for reuse (0: none kept).
         prefix_block: Tokens per block of the prefix cache.
+        pack_weights: Whether the linear layers' weights are packed for oneDNN's matrix products
+            (``generative.packed``: faster decode steps, twice those weights' memory).
     """
 
     def __init__(
@@ -405,6 +388,7 @@ class GenerationEngine:
         max_waiting_per_tenant: int = 0,
         prefix_cache_bytes: int = 0,
         prefix_block: int = 16,
+        pack_weights: bool = True,
     ) -> None:
         self.model = model
         self.tokenizer = tokenizer
@@ -422,11 +406,12 @@ class GenerationEngine:
         self._wake = threading.Condition()
         self._closed = False
         self._active: list[_Sequence] = []
-        self._batch: _Batch | None = None
+        self._batch: BatchCache | None = None
         # LoRA adapters on this model (a generative.adapters.AdapterSet), set by the first request for one.
         self.adapters: Any = None
         self.steps = 0  # decode steps so far (tests and metrics read it)
         self.threads = threads or max(1, (os.cpu_count() or 1) - 1)
+        self.pack_weights = pack_weights
         self._thread = threading.Thread(target=self._run, name=f"generate-{name}", daemon=True)
         self._thread.start()
 
@@ -500,6 +485,12 @@ class GenerationEngine:
         # Torch's thread count is the calling thread's own: this sets the decode's alone.
         torch.set_num_threads(self.threads)
         with torch.inference_mode():
+            if self.pack_weights:
+                try:
+                    packed = pack_linear_layers(self.model, batch_hint=max(8, min(self.max_batch, 32)))
+                    logger.debug("%s: %d linear layers packed for oneDNN", self._thread.name, packed)
+                except Exception:  # noqa: BLE001 - the plain layers still serve
+                    logger.exception("packing the linear layers failed; they serve unpacked")
             self._loop()
 
     def _loop(self) -> None:
@@ -520,8 +511,8 @@ class GenerationEngine:
             try:
                 if self.adapters is not None:
                     self.adapters.install()  # hooks on layers a new adapter adapts: between passes only
-                for generation in joining:
-                    self._prefill(generation)
+                if joining:
+                    self._prefill(joining)
                 if self._active:
                     self._decode()
             except Exception as exc:  # noqa: BLE001 - every request in the batch is told
@@ -536,92 +527,165 @@ class GenerationEngine:
         for generation in self._waiting:
             generation.emit(TokenEvent(0, None, "", CANCELLED))
 
-    def _prefill(self, generation: Generation) -> None:
-        if generation.cancelled.is_set():
-            generation.ended()
-            return
-        params = generation.params
-        generator = None
-        if params.temperature > 0 and params.seed is not None:
-            generator = torch.Generator().manual_seed(params.seed)
-        seq = _Sequence(generation, generator)
-        prompt = generation.prompt_ids
-        scored = params.prompt_logprobs is not None
-        cache, keys, reused, past = self.prefix_cache, [], 0, None
-        if cache is not None:
-            # An adapter changes the keys and values: its prefixes are its own, as each tenant's are.
-            salt = f"{generation.tenant}\0{generation.adapter}" if generation.adapter else generation.tenant
-            keys = cache.keys(prompt, salt)
-            if not scored:  # a scored prompt needs every position's logits: prefilled whole
-                reused, past = cache.lookup(prompt, keys)
-        ids = torch.tensor([prompt[reused:]], dtype=torch.long)
+    def _prefill(self, joining: list[Generation]) -> None:
+        """Prefills the joining generations, batched, and adds those that go on to the decode batch.
+
+        Prompts that reuse the same cached prefix (or none) are prefilled together in one pass,
+        padded on the left. A prompt whose leading blocks another joining prompt is about to
+        prefill and cache waits for that pass and then reuses them, rather than computing them
+        again: a burst sharing a new system prompt prefills it once.
+        """
+        cache = self.prefix_cache
+        plans: list[tuple[Generation, list[bytes]]] = []
+        for generation in joining:
+            if generation.cancelled.is_set():
+                generation.ended()
+                continue
+            keys: list[bytes] = []
+            if cache is not None:
+                # An adapter changes the keys and values: its prefixes are its own, as each tenant's are.
+                salt = f"{generation.tenant}\0{generation.adapter}" if generation.adapter else generation.tenant
+                keys = cache.keys(generation.prompt_ids, salt)
+            plans.append((generation, keys))
+        later: list[tuple[Generation, list[bytes]]] = []
+        if cache is not None and len(plans) > 1:
+            # Blocks a first prompt will compute and cache in this round; a later prompt whose next
+            # uncached block is among them waits for the second round.
+            coming: set[bytes] = set()
+            first = []
+            for generation, keys in plans:
+                usable = keys[: (len(generation.prompt_ids) - 1) // cache.block]
+                found = cache.peek(usable)
+                if found < len(usable) and usable[found] in coming:
+                    later.append((generation, keys))
+                    continue
+                coming.update(usable[found:])
+                first.append((generation, keys))
+            plans = first
+        for round_plans in (plans, later):
+            # Together: prompts whose past is the same cached prefix (or none); a scored one alone.
+            groups: dict[Any, list[tuple[Generation, list[bytes], int, Any]]] = {}
+            for generation, keys in round_plans:
+                if generation.params.prompt_logprobs is not None:  # needs every position's logits: whole
+                    groups[("scored", generation.number)] = [(generation, keys, 0, None)]
+                    continue
+                reused, past, group = 0, None, (0, b"")
+                if cache is not None:
+                    usable = keys[: (len(generation.prompt_ids) - 1) // cache.block]
+                    found = cache.peek(usable)
+                    group = (found, usable[found - 1] if found else b"")
+                    # The past's tensors are read once per group, before any pass can store (and evict).
+                    reused, past = cache.lookup(generation.prompt_ids, keys, tensors=group not in groups)
+                    if group in groups:
+                        past = groups[group][0][3]
+                groups.setdefault(group, []).append((generation, keys, reused, past))
+            for members in groups.values():
+                self._prefill_group(members)
+
+    def _prefill_group(self, members: list[tuple[Generation, list[bytes], int, Any]]) -> None:
+        """One pass over prompts that share their cached past (``reused`` tokens, the same for all)."""
+        cache = self.prefix_cache
+        reused, past = members[0][2], members[0][3]
+        generations = [m[0] for m in members]
+        tails = [g.prompt_ids[reused:] for g in generations]
+        width = max(map(len, tails))
+        count = len(generations)
+        ids = torch.zeros(count, width, dtype=torch.long)
+        mask = torch.zeros(count, reused + width, dtype=torch.long)
+        positions = torch.full((count, width), reused, dtype=torch.long)
+        mask[:, :reused] = 1
+        for row, tail in enumerate(tails):
+            pad = width - len(tail)
+            ids[row, pad:] = torch.tensor(tail, dtype=torch.long)
+            mask[row, reused + pad :] = 1
+            positions[row, pad:] = torch.arange(reused, reused + len(tail))
         extra: dict[str, Any] = {}
         if past is not None:
             from transformers import DynamicCache
 
-            extra["cache"] = DynamicCache(ddp_cache_data=past)
-        with self._adapted([generation]):
+            layers = [(k.expand(count, -1, -1, -1), v.expand(count, -1, -1, -1)) for k, v in past]
+            extra["cache"] = DynamicCache(ddp_cache_data=layers)
+        scored = count == 1 and generations[0].params.prompt_logprobs is not None
+        with self._adapted(generations):
             out = self.model(
                 input_ids=ids,
-                attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
-                position_ids=torch.arange(reused, len(prompt)).unsqueeze(0),
+                attention_mask=mask,
+                position_ids=positions,
                 use_cache=True,
                 logits_to_keep=0 if scored else 1,  # 0: every position's, to score the prompt
                 **extra,
             )
         caches = [(layer.keys, layer.values) for layer in out.cache.layers]
         if cache is not None:
-            cache.store(keys, caches, reused // cache.block)
-        if scored:
-            seq.prompt_logprobs = _prompt_logprobs(out.logits[0], generation.prompt_ids, params.prompt_logprobs or 0)
-        if params.max_tokens == 0:  # prompt scoring only: nothing to generate
-            generation.emit(TokenEvent(0, None, "", LENGTH, prompt_logprobs=seq.prompt_logprobs))
-            return
-        if params.adjusts_logits:
-            vocab = out.logits.shape[-1]
-            seq.counts = torch.zeros(vocab)
-            seq.bias = torch.zeros(vocab)
-            for token_id, bias in params.logit_bias:
-                seq.bias[token_id] = bias
-        joined = _Batch(caches, torch.ones(1, len(prompt), dtype=torch.long), torch.tensor([len(prompt)]))
+            for row, (_, keys, _, _) in enumerate(members):
+                # The row's own columns, from its first prompt token after the cached past.
+                start = reused + width - len(tails[row])
+                own = [(k[row : row + 1, :, start:], v[row : row + 1, :, start:]) for k, v in caches]
+                cache.store(keys, own, reused // cache.block, offset=reused)
         logits = out.logits[:, -1]
-        token, logprob = self._pick(self._adjusted(logits, [seq])[0], seq, logits[0])
-        if self._advance(seq, token, logprob):
-            self._batch = joined if self._batch is None else self._batch.join(joined)
-            self._active.append(seq)
+        joining = []
+        for row, generation in enumerate(generations):
+            params = generation.params
+            generator = None
+            if params.temperature > 0 and params.seed is not None:
+                generator = torch.Generator().manual_seed(params.seed)
+            seq = _Sequence(generation, generator)
+            if scored:
+                top = params.prompt_logprobs or 0
+                seq.prompt_logprobs = _prompt_logprobs(out.logits[0], generation.prompt_ids, top)
+            if params.max_tokens == 0:  # prompt scoring only: nothing to generate
+                generation.emit(TokenEvent(0, None, "", LENGTH, prompt_logprobs=seq.prompt_logprobs))
+                continue
+            if params.adjusts_logits:
+                vocab = logits.shape[-1]
+                seq.counts = torch.zeros(vocab)
+                seq.bias = torch.zeros(vocab)
+                for token_id, bias in params.logit_bias:
+                    seq.bias[token_id] = bias
+            row_logits = logits[row : row + 1]
+            token, logprob = self._pick(self._adjusted(row_logits, [seq])[0], seq, row_logits[0])
+            if self._advance(seq, token, logprob):
+                joining.append((row, seq))
+        if not joining:
+            return
+        index = torch.tensor([row for row, _ in joining], dtype=torch.long)
+        layers = [(k.index_select(0, index), v.index_select(0, index)) for k, v in caches]
+        rows_mask = mask.index_select(0, index)
+        next_positions = torch.tensor([len(seq.generation.prompt_ids) for _, seq in joining], dtype=torch.long)
+        if self._batch is None:
+            self._batch = BatchCache(layers, rows_mask, next_positions)
+        else:
+            self._batch.add(layers, rows_mask, next_positions)
+        self._active.extend(seq for _, seq in joining)
 
     def _decode(self) -> None:
         batch = self._batch
         assert batch is not None
         now = time.monotonic()
-        keep = []
+        gone = []
         for row, seq in enumerate(self._active):
             reason = _ended(seq.generation, now)
-            if reason is None:
-                keep.append(row)
-            else:
+            if reason is not None:
+                gone.append(row)
                 seq.generation.emit(TokenEvent(len(seq.tokens), None, "", reason))
-        if len(keep) < len(self._active):
-            self._active = [self._active[row] for row in keep]
-            if not keep:
-                self._batch = None
+        if gone:
+            self._leave(gone)
+            if not self._active:
                 return
-            batch = self._batch = batch.keep(keep)
-        from transformers import DynamicCache
-
+            batch = self._batch
+            assert batch is not None
         last = torch.tensor([[seq.tokens[-1]] for seq in self._active], dtype=torch.long)
-        mask = torch.cat([batch.mask, torch.ones_like(last)], dim=1)
+        mask, positions, step_cache = batch.step_inputs()
         with self._adapted([seq.generation for seq in self._active]):
             out = self.model(
                 input_ids=last,
                 attention_mask=mask,
-                position_ids=batch.positions.unsqueeze(1),
-                cache=DynamicCache(ddp_cache_data=batch.caches),
+                position_ids=positions,
+                cache=step_cache,
                 use_cache=True,
             )
+        batch.stepped()
         self.steps += 1
-        batch.caches = [(layer.keys, layer.values) for layer in out.cache.layers]
-        batch.mask, batch.positions = mask, batch.positions + 1
         done = []
         raw = out.logits[:, -1]
         adjusted = self._adjusted(raw, self._active)
@@ -630,9 +694,17 @@ class GenerationEngine:
             if not self._advance(seq, token, logprob):
                 done.append(row)
         if done:
-            rows = [row for row in range(len(self._active)) if row not in done]
-            self._active = [self._active[row] for row in rows]
-            self._batch = batch.keep(rows) if rows else None
+            self._leave(done)
+
+    def _leave(self, rows: list[int]) -> None:
+        """Takes ``rows`` out of the batch (their sequences have ended)."""
+        batch = self._batch
+        assert batch is not None
+        if len(rows) == len(self._active):
+            self._active, self._batch = [], None
+            return
+        order = batch.drop(rows)
+        self._active = [self._active[row] for row in order]
 
     def _adapted(self, generations: list[Generation]) -> contextlib.AbstractContextManager[None]:
         """Each row's LoRA adapter applied during one forward pass (nothing when no row has one)."""
