@@ -259,13 +259,16 @@ class Statistics:
 class SharedStatistics(Statistics):
     """``Statistics`` summed over the predictor processes of one ``--workers N`` group.
 
-    Each process keeps its own figures and mirrors them, value by value, into a memory-mapped
-    file of its own in ``directory`` (prometheus_client's multiprocess format); any process
-    answers with the sum over every file there. A write is a store into shared memory, so an
-    answer counts every request finished before it, whichever process served it; the files of
-    processes that died stay, so a restarted worker's earlier requests still count. Values are
-    doubles, as Prometheus's: nanosecond sums are exact up to 2**53 ns (104 days of summed time
-    per process), within a part in 10**16 beyond.
+    Each process keeps its own figures and mirrors them into a memory-mapped file of its own in
+    ``directory`` (prometheus_client's multiprocess format: a key and two doubles per value);
+    any process answers with the sum over every file there. A write is a store into shared
+    memory, so an answer counts every request finished before it, whichever process served it;
+    the files of processes that died stay, so a restarted worker's earlier requests still count.
+    A duration's count and nanoseconds share one key (its two doubles), as do a model's last
+    inference and inference count, so a request costs seven writes and a model call four, with
+    keys built once per model and batch size. Values are doubles, as Prometheus's: nanosecond
+    sums are exact up to 2**53 ns (104 days of summed time per process), within a part in
+    10**16 beyond.
 
     Args:
         directory: The group's statistics folder (created if missing).
@@ -279,46 +282,59 @@ class SharedStatistics(Statistics):
         self.directory = directory
         # pid and a random part: a later process given the same pid must not write over this one's file.
         self._file = MmapedDict(os.path.join(directory, f"stats_{os.getpid()}_{uuid.uuid4().hex[:8]}.db"))
+        self._write = self._file.write_value
         self._prefixes: dict[tuple[str, str], str] = {}
+        # (model key, batch size or 0 for the request figures) -> the keys its writes use, in field order.
+        self._keys: dict[tuple[tuple[str, str], int], tuple[str, ...]] = {}
 
-    def _prefix(self, ref: ModelRef, m: ModelStats) -> str:
-        prefix = self._prefixes.get(ref.key)
-        if prefix is None:
-            # A JSON list without its closing bracket: each value's key adds its field.
-            prefix = self._prefixes[ref.key] = json.dumps([ref.key[0], ref.key[1], m.name, m.version])[:-1]
-        return prefix
-
-    def _write_durations(self, prefix: str, owner: object, names: tuple[str, ...], suffix: str = "") -> None:
-        write = self._file.write_value
-        for name in names:
-            d: _Duration = getattr(owner, name)
-            write(f'{prefix},"{name}",0{suffix}]', d.count, 0.0)
-            write(f'{prefix},"{name}",1{suffix}]', d.ns, 0.0)
+    def _keys_of(self, ref: ModelRef, m: ModelStats, rows: int = 0) -> tuple[str, ...]:
+        """The keys of a model's request figures (``rows`` 0) or of one batch size's figures."""
+        keys = self._keys.get((ref.key, rows))
+        if keys is None:
+            prefix = self._prefixes.get(ref.key)
+            if prefix is None:
+                # A JSON list without its closing bracket: each value's key adds its field.
+                prefix = self._prefixes[ref.key] = json.dumps([ref.key[0], ref.key[1], m.name, m.version])[:-1]
+            if rows:
+                fields = [f'{prefix},"{name}",{rows}]' for name in _BATCH_DURATIONS]
+                keys = (f'{prefix},"executions"]', *fields)
+            else:
+                keys = (f'{prefix},"last"]', *(f'{prefix},"{name}"]' for name in (*_SUCCESS_DURATIONS, "fail")))
+            self._keys[(ref.key, rows)] = keys
+        return keys
 
     def success(self, ref: ModelRef, timing: Timing, duration_ns: int) -> None:
         super().success(ref, timing, duration_ns)
         with self._lock:
             m = self._models[ref.key]
-            prefix = self._prefix(ref, m)
-            self._file.write_value(f'{prefix},"last"]', m.last_inference_ms, 0.0)
-            self._file.write_value(f'{prefix},"inferences"]', m.inference_count, 0.0)
-            self._write_durations(prefix, m, _SUCCESS_DURATIONS)
+            last, success, queue, compute_input, compute_infer, compute_output, _ = self._keys_of(ref, m)
+            write = self._write
+            write(last, m.last_inference_ms, m.inference_count)
+            write(success, m.success.count, m.success.ns)
+            write(queue, m.queue.count, m.queue.ns)
+            write(compute_input, m.compute_input.count, m.compute_input.ns)
+            write(compute_infer, m.compute_infer.count, m.compute_infer.ns)
+            write(compute_output, m.compute_output.count, m.compute_output.ns)
 
     def failure(self, ref: ModelRef, duration_ns: int) -> None:
         super().failure(ref, duration_ns)
         with self._lock:
             m = self._models[ref.key]
-            prefix = self._prefix(ref, m)
-            self._file.write_value(f'{prefix},"last"]', m.last_inference_ms, 0.0)
-            self._write_durations(prefix, m, ("fail",))
+            keys = self._keys_of(ref, m)
+            self._write(keys[0], m.last_inference_ms, m.inference_count)
+            self._write(keys[-1], m.fail.count, m.fail.ns)
 
     def execution(self, ref: ModelRef, rows: int, input_ns: int, infer_ns: int, output_ns: int) -> None:
         super().execution(ref, rows, input_ns, infer_ns, output_ns)
         with self._lock:
             m = self._models[ref.key]
-            prefix = self._prefix(ref, m)
-            self._file.write_value(f'{prefix},"executions"]', m.execution_count, 0.0)
-            self._write_durations(prefix, m.batches[rows], _BATCH_DURATIONS, f",{rows}")
+            executions, compute_input, compute_infer, compute_output = self._keys_of(ref, m, rows)
+            batch = m.batches[rows]
+            write = self._write
+            write(executions, m.execution_count, 0.0)
+            write(compute_input, batch.compute_input.count, batch.compute_input.ns)
+            write(compute_infer, batch.compute_infer.count, batch.compute_infer.ns)
+            write(compute_output, batch.compute_output.count, batch.compute_output.ns)
 
     def records(self, run_id: str = "", version: str = "", name: str = "") -> list[ModelStats]:
         from prometheus_client.mmap_dict import MmapedDict
@@ -329,30 +345,26 @@ class SharedStatistics(Statistics):
                 values = list(MmapedDict.read_all_values_from_file(path))
             except (OSError, struct.error):
                 continue  # a file being created this instant: it holds nothing yet
-            for text, value, _, _ in values:
+            for text, first, second, _ in values:
                 rid, ckpt, model_name, model_version, field_name, *rest = json.loads(text)
                 if (run_id and rid != run_id) or (version and ckpt != version):
                     continue
                 m = summed.get((rid, ckpt))
                 if m is None:
                     m = summed[(rid, ckpt)] = ModelStats(model_name, model_version)
-                v = int(value)
-                if field_name == "last":
-                    m.last_inference_ms = max(m.last_inference_ms, v)
-                elif field_name == "inferences":
-                    m.inference_count += v
+                if field_name == "last":  # the last inference's time, and the inference count
+                    m.last_inference_ms = max(m.last_inference_ms, int(first))
+                    m.inference_count += int(second)
                 elif field_name == "executions":
-                    m.execution_count += v
+                    m.execution_count += int(first)
                 else:
-                    # rest: [0 (count) or 1 (ns)], and a batch size for a batch's durations
+                    # A duration's count and ns; rest holds the batch size of a batch's durations.
                     owner: object = m
-                    if len(rest) == 2:
-                        owner = m.batches.get(rest[1]) or m.batches.setdefault(rest[1], _Batch())
+                    if rest:
+                        owner = m.batches.get(rest[0]) or m.batches.setdefault(rest[0], _Batch())
                     d = getattr(owner, field_name)
-                    if rest[0] == 0:
-                        d.count += v
-                    else:
-                        d.ns += v
+                    d.count += int(first)
+                    d.ns += int(second)
         chosen = [m for _, m in sorted(summed.items(), key=lambda kv: (kv[1].name, kv[0]))]
         for m in chosen:
             m.name = name or m.name

@@ -161,7 +161,7 @@ def test_a_busy_loop_holds_an_inline_call_for_requests_arriving_turns_later_an_i
 
 
 def test_a_model_whose_waits_bring_no_company_stops_waiting_and_tries_again_later():
-    from trainwire_predictor.batching.pressure import GATHER_PROBE_EVERY, _Gather
+    from trainwire_predictor.batching.pressure import GATHER_PROBE_EVERY, GATHER_PROBE_MAX, _Gather
 
     gather = _Gather()
     assert gather.should_wait()
@@ -169,6 +169,12 @@ def test_a_model_whose_waits_bring_no_company_stops_waiting_and_tries_again_late
         gather.result(False)
     decisions = [gather.should_wait() for _ in range(2 * GATHER_PROBE_EVERY)]
     assert 1 <= sum(decisions) <= 2  # one probe per GATHER_PROBE_EVERY calls
+    # Each probe that brings no company doubles the calls to the next (a lone caller on a busy machine).
+    gather.result(False)
+    assert sum(gather.should_wait() for _ in range(4 * GATHER_PROBE_EVERY)) == 2
+    for _ in range(20):
+        gather.result(False)
+    assert gather.probe_every == GATHER_PROBE_MAX
     gather.result(True)  # the probe found company: wait again
     assert sum(gather.should_wait() for _ in range(32)) >= 30  # all but the average's samples
     for _ in range(40):

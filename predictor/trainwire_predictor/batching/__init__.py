@@ -21,7 +21,8 @@ inline call waits ``GATHER_WAIT_S`` for the requests coming in behind it: a call
 for several requests costs the loop far less than a call each, and the wait is
 shorter than the queue it drains. A loop with time to spare never holds a call,
 so a lone caller waits for nothing; and a model whose waits bring no company
-(``_Gather``) stops waiting, trying again every ``GATHER_PROBE_EVERY`` calls.
+(``_Gather``) stops waiting, trying again after ``GATHER_PROBE_EVERY`` calls, then after twice
+as many each time a try brings none (up to ``GATHER_PROBE_MAX``).
 
 Any other model is batched only under a ``DynamicBatching`` policy (Triton's
 ``dynamic_batching``): a request waits up to ``max_queue_delay_us`` for others

@@ -11,6 +11,9 @@ GATHER_WAIT_S = 0.001  # uvloop's timers count whole milliseconds
 GATHER_LOOP_BUSY = 0.75
 GATHER_MISSES = 3
 GATHER_PROBE_EVERY = 64
+# Each probe that finds no company doubles the calls to the next, up to this many: a lone caller
+# on a busy machine (its loop counted busy for want of a core) has one call in thousands wait.
+GATHER_PROBE_MAX = 4096
 # Calls that find this many requests on average without waiting do not wait; every so many calls
 # go without waiting, to keep that average current.
 GATHER_NATURAL = 1.5
@@ -57,11 +60,12 @@ class _Gather:
     several connections' requests in one loop turn), nor where waits bring none.
     """
 
-    __slots__ = ("misses", "calls", "natural")
+    __slots__ = ("misses", "calls", "natural", "probe_every")
 
     def __init__(self) -> None:
         self.misses = 0
         self.calls = 0
+        self.probe_every = GATHER_PROBE_EVERY
         self.natural = 1.0  # requests per call of the calls that did not wait (a moving average)
 
     def should_wait(self) -> bool:
@@ -69,8 +73,8 @@ class _Gather:
         self.calls += 1
         if self.calls % GATHER_SAMPLE_EVERY == 0 or self.natural >= GATHER_NATURAL:
             return False
-        # (a probe is never a sample call: GATHER_PROBE_EVERY is a multiple of GATHER_SAMPLE_EVERY)
-        return self.misses < GATHER_MISSES or self.calls % GATHER_PROBE_EVERY == 1
+        # (a probe is never a sample call: probe_every is a multiple of GATHER_SAMPLE_EVERY)
+        return self.misses < GATHER_MISSES or self.calls % self.probe_every == 1
 
     def went(self, requests: int) -> None:
         """A call that did not wait went with this many requests."""
@@ -78,7 +82,12 @@ class _Gather:
 
     def result(self, company: bool) -> None:
         """After a wait: whether other requests joined the call."""
-        self.misses = 0 if company else self.misses + 1
+        if company:
+            self.misses, self.probe_every = 0, GATHER_PROBE_EVERY
+            return
+        self.misses += 1
+        if self.misses > GATHER_MISSES:  # a probe that found no company
+            self.probe_every = min(GATHER_PROBE_MAX, 2 * self.probe_every)
 
 
 # How long a model's peak of rows held at once is remembered (two windows of this).

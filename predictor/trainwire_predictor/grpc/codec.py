@@ -37,6 +37,20 @@ def request_from_proto(request: pb.ModelInferRequest, routing_key: str = "") -> 
     """
     inputs = request.inputs
     raw = request.raw_input_contents
+    if len(raw) == len(inputs) == 1:
+        # The common request (one raw input, not in shared memory): the checks below, without their lists.
+        tensor = inputs[0]
+        if not tensor.parameters and not tensor.HasField("contents"):
+            outputs = request.outputs
+            if not any(out.parameters for out in outputs):
+                return InferenceRequest(
+                    request.model_name,
+                    request.model_version,
+                    request.id,
+                    [InputTensor(tensor.name, tensor.datatype, tensor.shape, raw[0], "raw_input_contents[0]")],
+                    [out.name for out in outputs],
+                    routing_key_of(request.parameters) or routing_key,
+                )
     shared: list[SharedMemoryRef | None] = [
         region_ref(_plain(t.parameters), f"inputs[{i}].parameters") if t.parameters else None
         for i, t in enumerate(inputs)
