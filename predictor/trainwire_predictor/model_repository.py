@@ -621,6 +621,11 @@ class ModelRepository:
         run_id = await self._run_id(name)
         if run_id is None:
             raise NotFoundError(f"model {name!r} not found", field="model_name")
+        if self._is_external(run_id):
+            # The next load reads its versions and aliases again, as Triton's reload does: a model
+            # folder pointed at another MLflow model (an mlflow deployment updated) serves the new one.
+            self._indexes.pop(run_id, None)
+            self._registries.pop(run_id, None)
         keys = [k for k in self._cache if k[0] == run_id]
         for key in keys:
             self._drop(key)

@@ -241,6 +241,10 @@ def model_directory(settings: PredictorSettings) -> ModelDirectory | None:
         settings.model_repository,
         trust_pickles=settings.model_repository_trust_pickles,
         refresh_s=settings.index_refresh_s,
+        # Folders pointing at MLflow models (mlflow deployments) follow the MLflow settings.
+        mlflow_uri=settings.mlflow_uri,
+        mlflow_trust_pickles=settings.mlflow_trust_pickles,
+        mlflow_trust_code=settings.mlflow_trust_code,
     )
 
 

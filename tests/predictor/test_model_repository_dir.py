@@ -521,10 +521,16 @@ def test_model_settings_json() -> None:
         ('{"implementation": "mlserver_huggingface.HuggingFaceRuntime"}', "is not served"),
         ('{"parameters": {"uri": "/etc/model.joblib"}}', "must name a file in the model's folder"),
         ('{"inputs": [{"name": "a"}]}', "inputs[0] needs name, datatype and shape"),
+        ('{"implementation": "mlserver_mlflow.MLflowRuntime", "parameters": {"uri": "/srv/m"}}', "MLflow model URI"),
+        ('{"implementation": "mlserver_mlflow.MLflowRuntime"}', "MLflow model URI"),
     ):
         with pytest.raises(FailedPreconditionError, match="m/model-settings.json") as caught:
             parse_mlserver(text, "m/model-settings.json")
         assert says in caught.value.message, caught.value.message
+    # MLServer's MLflow runtime: the folder stands for an MLflow model (what mlflow deployments writes).
+    for uri in ("models:/churn@champion", "models:/churn/3", "runs:/0a1b/model"):
+        doc = {"implementation": "mlserver_mlflow.MLflowRuntime", "parameters": {"uri": uri}}
+        assert parse_mlserver(json.dumps(doc), "m/model-settings.json").mlflow_uri == uri
 
 
 def test_folders_without_a_model_file_or_version_say_so(tmp_path) -> None:

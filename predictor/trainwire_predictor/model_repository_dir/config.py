@@ -6,7 +6,10 @@ name, platform, backend, version_policy, max_batch_size, input, output, dynamic_
 instance_group, parameters; fields beyond it, such as ``optimization``, are read past). Its
 ``max_batch_size``, ``dynamic_batching`` and ``instance_group`` become the model's
 ``Scheduling``, applied as Triton applies them (``loaders.apply_scheduling``). A
-``model-settings.json`` is MLServer's: ``implementation``, ``parameters.uri``, ``inputs``, ``outputs``.
+``model-settings.json`` is MLServer's: ``implementation``, ``parameters.uri``, ``inputs``, ``outputs``;
+with MLServer's MLflow runtime (``mlserver_mlflow.MLflowRuntime``) its ``parameters.uri`` is an
+MLflow model URI (``models:/name/3``, ``models:/name@alias``, ``runs:/<id>/<path>``) served through
+the predictor's MLflow models (what ``mlflow deployments create -t trainwire`` writes).
 """
 
 from __future__ import annotations
@@ -48,6 +51,9 @@ _NAMED = {
     "mlserver_lightgbm.LightGBMModel": LIGHTGBM,
     "mlserver_sklearn.SKLearnModel": SKLEARN,
 }
+# MLServer's MLflow runtime: parameters.uri is an MLflow model URI, served as MLflow models are.
+MLSERVER_MLFLOW = "mlserver_mlflow.MLflowRuntime"
+MLFLOW_SCHEMES = ("models:/", "runs:/")
 # Triton's FIL backend names the tree model's format in parameters { key: "model_type" }.
 _FIL_MODEL_TYPES = {
     "xgboost": XGBOOST,
@@ -140,6 +146,8 @@ class ModelSettings:
         flat: MLServer's layout: the model folder itself is the one version (no version folders).
         scheduling: A ``config.pbtxt``'s batching and instances (None: no ``config.pbtxt``; the
             predictor's own batching then applies).
+        mlflow_uri: The MLflow model the folder stands for (MLServer's MLflow runtime; "": none):
+            its versions and files are MLflow's, and the folder holds only the settings.
     """
 
     framework: str = ""
@@ -150,6 +158,7 @@ class ModelSettings:
     source: str = ""
     flat: bool = False
     scheduling: Scheduling | None = None
+    mlflow_uri: str = ""
 
 
 def _bad(source: str, message: str) -> FailedPreconditionError:
@@ -167,8 +176,8 @@ def framework_named(name: str, source: str) -> str:
         served = ", ".join(sorted(k for k in _NAMED if "." not in k))
         raise _bad(
             source,
-            f"{name!r} is not served here; the predictor serves {served} and MLServer's sklearn, "
-            "xgboost and lightgbm implementations",
+            f"{name!r} is not served here; the predictor serves {served}, MLServer's sklearn, "
+            "xgboost and lightgbm implementations and its MLflow runtime (mlserver_mlflow.MLflowRuntime)",
         )
     return found
 
@@ -288,13 +297,21 @@ def parse_mlserver(text: str, source: str) -> ModelSettings:
     implementation = doc.get("implementation") or ""
     if not isinstance(implementation, str):
         raise _bad(source, "implementation must be a string")
-    framework = framework_named(implementation, source) if implementation else ""
     parameters = doc.get("parameters") or {}
     if not isinstance(parameters, dict):
         raise _bad(source, "parameters must be an object")
     uri = parameters.get("uri") or ""
     if not isinstance(uri, str):
         raise _bad(source, "parameters.uri must be a string")
+    if implementation == MLSERVER_MLFLOW:
+        if not uri.startswith(MLFLOW_SCHEMES) or len(uri) <= len("runs:/"):
+            raise _bad(
+                source,
+                f"parameters.uri {uri!r}: MLServer's MLflow runtime here takes an MLflow model URI "
+                "(models:/<name>/<version>, models:/<name>@<alias> or runs:/<run id>/<path>)",
+            )
+        return ModelSettings(source=source, flat=True, mlflow_uri=uri)
+    framework = framework_named(implementation, source) if implementation else ""
     filename = uri[2:] if uri.startswith("./") else uri
     if filename and not _plain_name(filename):
         raise _bad(source, f"parameters.uri {uri!r} must name a file in the model's folder")

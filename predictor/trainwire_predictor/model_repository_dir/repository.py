@@ -8,7 +8,10 @@ Layout (Triton's)::
     <repository>/<model name>/<version>/<model file>  versions are integer folders (1, 2, ...)
 
 A model folder with no version folders but a ``model-settings.json`` is MLServer's own layout:
-the folder is the model's one version, 1. Each model shows to the predictor's repository as a
+the folder is the model's one version, 1. A ``model-settings.json`` naming MLServer's MLflow
+runtime points the folder at an MLflow model URI instead: its versions, aliases and files are
+MLflow's, loaded as the predictor's MLflow models are (``MlflowModels``: the same flavors and trust
+rules, the ``mlflow_*`` settings). Each model shows to the predictor's repository as a
 run of its own (``CheckpointIndex``): its served versions (Triton's ``version_policy``, the newest
 one by default) are its checkpoints, the newest its default version. Blocking calls throughout:
 the repository runs them in threads.
@@ -31,9 +34,10 @@ import pyarrow.fs as pafs
 
 from trainwire.predictor import Predictor
 from trainwire_core import frameworks
-from trainwire_core.errors import FailedPreconditionError, NotFoundError
+from trainwire_core.errors import FailedPreconditionError, InvalidArgumentError, NotFoundError
 from trainwire_core.storage import MANIFEST_NAME, Store, is_path_component
 from trainwire_core.store_documents import CheckpointIndex, IndexedCheckpoint, RegistryState
+from trainwire_predictor.mlflow_models import MlflowModels, parse_uri
 from trainwire_predictor.model_repository_dir.config import (
     DEFAULT_FILES,
     MLSERVER_SETTINGS,
@@ -71,12 +75,26 @@ class ModelDirectory:
         trust_pickles: Load scikit-learn pickles and joblib files (code from the repository).
         refresh_s: Age after which the list of model folders is read again.
         cache_dir: Where compiled tree models are kept (default: a new temporary directory).
+        mlflow_uri: The MLflow tracking server and registry of folders pointing at MLflow models
+            ("": MLflow's default, ``MLFLOW_TRACKING_URI``).
+        mlflow_trust_pickles: Load such models' pickles (as the ``mlflow_trust_pickles`` setting).
+        mlflow_trust_code: Load such ``python_function`` models (as ``mlflow_trust_code``).
 
     Raises:
         ValueError: A local directory that does not exist.
     """
 
-    def __init__(self, uri: str, *, trust_pickles: bool = False, refresh_s: float = 1.0, cache_dir: str = "") -> None:
+    def __init__(
+        self,
+        uri: str,
+        *,
+        trust_pickles: bool = False,
+        refresh_s: float = 1.0,
+        cache_dir: str = "",
+        mlflow_uri: str = "",
+        mlflow_trust_pickles: bool = False,
+        mlflow_trust_code: bool = False,
+    ) -> None:
         local = uri[len("file://") :] if uri.startswith("file://") else uri if "://" not in uri else ""
         if local and not os.path.isdir(os.path.expanduser(local)):
             raise ValueError(f"model repository {uri!r} is not a directory")
@@ -93,6 +111,11 @@ class ModelDirectory:
         # (name, version) -> the loaded file's sha256 and size (the compile cache's key, the cache's budget).
         self._files: dict[tuple[str, str], tuple[str, int]] = {}
         self._cache_dir = cache_dir
+        # Folders pointing at MLflow models: resolved and loaded by one MlflowModels, each under its
+        # URI as served name (a download is keyed by URI and version: a folder moved to another URI
+        # never reuses the old one's files).
+        self._mlflow_settings = (mlflow_uri, mlflow_trust_pickles, mlflow_trust_code)
+        self._mlflow: MlflowModels | None = None
 
     # --- model folders ----------------------------------------------------------
     def _shown(self, path: str) -> str:
@@ -188,6 +211,8 @@ class ModelDirectory:
             return None, RegistryState(run_id=name)
         settings, found = self.settings(name)
         self._settings[name] = settings
+        if settings.mlflow_uri:
+            return self._read_mlflow(name, settings)
         served = settings.policy.select(found)
         if not served:
             raise FailedPreconditionError(
@@ -200,6 +225,31 @@ class ModelDirectory:
         checkpoints = tuple(IndexedCheckpoint(id=v, index=i, version=int(v)) for i, v in enumerate(ids))
         index = CheckpointIndex(run_id=name, run_name=name, checkpoints=checkpoints, latest=ids[-1], best=ids[-1])
         return index, RegistryState(run_id=name)
+
+    def mlflow(self, uri: str) -> MlflowModels:
+        """The MLflow models of pointing folders, with ``uri`` among its served names."""
+        with self._lock:
+            if self._mlflow is None:
+                tracking, pickles, code = self._mlflow_settings
+                self._mlflow = MlflowModels(tracking, trust_pickles=pickles, trust_code=code)
+            if uri not in self._mlflow.served:
+                self._mlflow.served[uri] = parse_uri(uri)
+            return self._mlflow
+
+    def _read_mlflow(self, name: str, settings: ModelSettings) -> tuple[CheckpointIndex | None, RegistryState]:
+        """A pointing folder's versions and aliases: its MLflow model's, under the folder's name."""
+        try:
+            index, state = self.mlflow(settings.mlflow_uri).read(settings.mlflow_uri)
+        except InvalidArgumentError as exc:
+            raise FailedPreconditionError(f"{settings.source}: {exc.message}", field="model_name") from None
+        if index is None:
+            raise FailedPreconditionError(
+                f"model {name!r}: {settings.source} names {settings.mlflow_uri!r}, which the MLflow registry "
+                "does not hold (no such model, version or alias)",
+                field="model_name",
+            )
+        index = dataclasses.replace(index, run_id=name, run_name=name)
+        return index, RegistryState(run_id=name, aliases=dict(state.aliases))
 
     def listing(self) -> list[Listed]:
         """Every model folder, its served versions or why it has none (blocking)."""
@@ -260,6 +310,14 @@ class ModelDirectory:
 
     def load(self, name: str, version: str) -> tuple[str, Predictor]:
         """Loads one version with its framework's own loader; (framework, Predictor) (blocking)."""
+        # Read again: a folder pointed at another MLflow model (a deployment updated) loads the new one.
+        settings = self._settings[name] = self.settings(name)[0]
+        if settings.mlflow_uri:
+            uri = settings.mlflow_uri
+            framework, predictor = self.mlflow(uri).load(uri, version)
+            # The tree compiler's cache key: an MLflow version's files never change.
+            self._files[(name, version)] = (hashlib.sha256(f"mlflow\0{uri}\0{version}".encode()).hexdigest(), 0)
+            return framework, predictor
         framework, path = self.model_file(name, version)
         data = self.store.read_bytes(path)
         settings = self._settings.get(name) or ModelSettings()

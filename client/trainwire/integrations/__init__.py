@@ -1,0 +1,1 @@
+"""Integrations of trainwire with other tools' plugin systems (each module is loaded by its tool)."""
