@@ -35,8 +35,8 @@ from trainwire_coordinator.execution.controller import (
     ReportEndpoint,
     RunController,
 )
+from trainwire_coordinator.execution.placement import WorkerPool
 from trainwire_coordinator.execution.run_state import ACTIVE, TERMINAL, FailurePolicy
-from trainwire_coordinator.execution.worker_pool import WorkerPool
 from trainwire_coordinator.metadata import MetadataStore, RunRecord
 from trainwire_coordinator.metrics import CoordinatorMetrics
 from trainwire_coordinator.run_streams import EventLog, LogReader, watch_logs

@@ -32,6 +32,7 @@ from trainwire.train.session import TrainContext
 from trainwire_coordinator.execution.admitted_run import AdmittedRun
 from trainwire_coordinator.execution.callbacks import ControllerCallback, ControllerCallbacks
 from trainwire_coordinator.execution.datasets import RunDatasets, report_if_slow
+from trainwire_coordinator.execution.placement import WorkerPool
 from trainwire_coordinator.execution.run_state import (
     TERMINAL,
     AttemptOutcome,
@@ -55,7 +56,6 @@ from trainwire_coordinator.execution.run_state import (
     resize_target,
     stop_reached,
 )
-from trainwire_coordinator.execution.worker_pool import WorkerPool
 from trainwire_core.structs import flatten_metrics, struct_to_dict
 from trainwire_core.tls import ClientTLS
 from trainwire_core.v1 import common_pb2, coordinator_pb2, worker_reports_pb2
@@ -101,7 +101,7 @@ class Placement(Protocol):
 
 
 class Pool(Protocol):
-    """Warm groups kept between runs of the same shape (``worker_pool.WorkerPool``)."""
+    """Warm groups kept between runs of the same shape (``placement.WorkerPool``)."""
 
     def acquire(self, key: Hashable) -> tuple[Any, Any] | None: ...
 
