@@ -138,3 +138,19 @@ def test_mlflow_deployments_cli_creates_and_predicts(registry, predictor, tmp_pa
     got = json.loads(out.read_text())["predictions"]
     np.testing.assert_array_equal(np.asarray(got).ravel(), registry["expected"]["2"])
     assert runner.invoke(commands, ["delete", "-t", target, "--name", "cli"]).exit_code == 0
+
+
+def test_run_local_serves_the_model_on_a_foreground_predictor(monkeypatch) -> None:
+    """MLflow's own run_local reaches the plugin with its calling convention (no target: name first)."""
+    from mlflow.deployments import run_local
+
+    from trainwire.integrations import mlflow_deployments
+
+    started: list[tuple[list[str], dict[str, str]]] = []
+    monkeypatch.setattr(mlflow_deployments.subprocess, "run", lambda cmd, env, check: started.append((cmd, env)))
+    run_local("trainwire", "churn", "models:/churn@champion", config={"port": "18000"})
+    [(command, env)] = started
+    repository = pathlib.Path(command[command.index("--model-repository") + 1])
+    settings = json.loads((repository / "churn" / "model-settings.json").read_text())
+    assert settings["parameters"]["uri"] == "models:/churn@champion"
+    assert command[command.index("--http-port") + 1] == "18000" and "TRAINWIRE_PREDICTOR_MLFLOW_URI" in env

@@ -55,21 +55,24 @@ def target_help() -> str:
     return __doc__ or ""
 
 
-def run_local(target: str, name: str, model_uri: str, flavor: str | None = None, config: dict | None = None) -> None:
+def run_local(name: str, model_uri: str, flavor: str | None = None, config: dict | None = None) -> None:
     """Serves the model on a local predictor in the foreground (``mlflow deployments run-local -t trainwire``).
 
+    MLflow calls it with the deployment's name first (``interface.run_local`` drops the target).
+
     A fresh model repository holds the one deployment; the predictor's REST port is ``config``'s
-    ``port`` (default 8000) and its registry MLflow's current tracking URI.
+    ``port`` (default 8000), its gRPC port ``grpc_port`` (default 8001), and its registry MLflow's
+    current tracking URI.
     """
     import mlflow
 
     _check(name, model_uri, flavor)
     repository = tempfile.mkdtemp(prefix="trainwire-mlflow-deployment-")
     _write(Store(repository), name, model_uri)
-    port = str((config or {}).get("port", 8000))
+    port, grpc_port = str((config or {}).get("port", 8000)), str((config or {}).get("grpc_port", 8001))
     env = {**os.environ, "TRAINWIRE_PREDICTOR_MLFLOW_URI": mlflow.get_tracking_uri()}
     command = [sys.executable, "-m", "trainwire_predictor", "--model-repository", repository]
-    command += ["--http-port", port, "--store", os.path.join(repository, ".store")]
+    command += ["--http-port", port, "--port", grpc_port, "--store", os.path.join(repository, ".store")]
     subprocess.run(command, env=env, check=True)
 
 
