@@ -13,7 +13,8 @@ POSIX shared memory name (``/name``: no further slash, not ``.`` or ``..``,
 no control characters), opened under ``/dev/shm`` without following links and
 only when it is a regular file; and the front ends require the ``admin``
 scope to register or unregister (status and inference need ``predict``).
-CUDA shared memory is not offered: its RPCs answer UNIMPLEMENTED.
+CUDA shared memory is not offered: its RPCs answer UNIMPLEMENTED, but unregister, which has
+nothing to drop and succeeds (perf_analyzer unregisters every region, CUDA's too, as it ends).
 
 The registry is protocol-neutral and owned by the data plane; the front ends
 only turn their parameters into ``SharedMemoryRef`` values.

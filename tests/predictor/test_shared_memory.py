@@ -326,6 +326,8 @@ def test_cuda_shared_memory_is_unimplemented(server, protocol):
         client.get_cuda_shared_memory_status(headers=auth(USER))
     assert info.value.status() in ("StatusCode.UNIMPLEMENTED", "501")
     assert "CUDA shared memory is not supported" in info.value.message()
+    # Nothing to drop: unregistering every region (perf_analyzer's last call) succeeds.
+    client.unregister_cuda_shared_memory(headers=auth(ADMIN))
     client.close()
 
 

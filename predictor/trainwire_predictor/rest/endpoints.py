@@ -14,7 +14,7 @@ Routes (``{m}`` a run name or id, ``{v}`` a checkpoint id):
 - ``POST /v2/repository/index``, ``POST /v2/repository/models/{m}/load|unload``;
 - ``GET /v2/systemsharedmemory[/region/{r}]/status``, ``POST /v2/systemsharedmemory/region/{r}/register``,
   ``POST /v2/systemsharedmemory[/region/{r}]/unregister``: Triton's system shared memory extension
-  (``/v2/cudasharedmemory/...`` answers 501);
+  (``/v2/cudasharedmemory/...`` answers 501, but its unregister: no CUDA region is ever registered);
 - ``POST /v2/models/{m}[/versions/{v}]/generate|generate_stream``, ``POST /v1/completions``,
   ``POST /v1/chat/completions``, ``GET /v1/models``: token generation (``rest.generate`` and the
   OpenAI front end, ``openai``, mounted here on the same port).
@@ -205,7 +205,7 @@ class RestFrontEnd:
         ]
 
     def _shared_memory_routes(self) -> list[Route]:
-        """Triton's system shared memory extension; CUDA's paths answer 501 (after the same scope checks)."""
+        """Triton's system shared memory extension; CUDA's answer 501 but unregister (after the same scope checks)."""
         route, shm, cuda = self._route, "/v2/systemsharedmemory", "/v2/cudasharedmemory"
         return [
             route(f"{shm}/status", self.shm_status, "GET"),
@@ -216,8 +216,8 @@ class RestFrontEnd:
             route(f"{cuda}/status", self.cuda_shm, "GET"),
             route(f"{cuda}/region/{{region}}/status", self.cuda_shm, "GET"),
             route(f"{cuda}/region/{{region}}/register", self.cuda_shm, "POST", ADMIN),
-            route(f"{cuda}/unregister", self.cuda_shm, "POST", ADMIN),
-            route(f"{cuda}/region/{{region}}/unregister", self.cuda_shm, "POST", ADMIN),
+            route(f"{cuda}/unregister", self.cuda_unregister, "POST", ADMIN),
+            route(f"{cuda}/region/{{region}}/unregister", self.cuda_unregister, "POST", ADMIN),
         ]
 
     def app(self) -> Callable[[Scope, Receive, Send], Awaitable[None]]:
@@ -376,6 +376,11 @@ class RestFrontEnd:
 
     async def cuda_shm(self, request: Request) -> Response:
         raise cuda_unimplemented()
+
+    async def cuda_unregister(self, request: Request) -> Response:
+        # No CUDA region can be registered, so none is left to drop: clients that unregister every
+        # region as they finish (perf_analyzer) succeed, as against Triton without GPUs.
+        return Response(b"", 200)
 
     async def load(self, request: Request) -> Response:
         await self.dataplane.load(request.path_params["model"], await self._version_parameter(request))
