@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import os
 import posixpath
+import sys
 import tempfile
 import threading
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import cloudpickle
@@ -24,7 +26,7 @@ from trainwire_worker.artifacts import ArtifactSyncer
 from trainwire_worker.backends import get_backend
 from trainwire_worker.log_capture import LogCapture, worker_shipper
 from trainwire_worker.report_client import ReportStreamClient
-from trainwire_worker.runtime_env import PreparedEnv, activated, prepare
+from trainwire_worker.runtime_env import activated, prepare
 from trainwire_worker.session import WorkerSession
 
 # The loggers RunConfig(logging_config=LoggingConfig(log_level=...)) sets on the workers, as Ray Train's.
@@ -36,6 +38,23 @@ def apply_log_level(level: str) -> None:
     if level:
         for name in TRAIN_LOGGERS:
             logging.getLogger(name).setLevel(level)
+
+
+@contextlib.contextmanager
+def process_restored() -> Iterator[None]:
+    """Runs the body, then puts the worker process back as it was: ``sys.path``, the working directory, the variables.
+
+    The actors are pooled: what one run's loop (or its runtime environment) changed must not
+    reach the next run on the same worker.
+    """
+    saved_path, saved_cwd, saved_env = list(sys.path), os.getcwd(), dict(os.environ)
+    try:
+        yield
+    finally:
+        os.chdir(saved_cwd)
+        os.environ.clear()
+        os.environ.update(saved_env)
+        sys.path[:] = saved_path
 
 
 def write_return_value(store: Store, run_id: str, value: Any) -> None:
@@ -158,9 +177,13 @@ class TrainWorker:
         try:
             capture = LogCapture(store, context.run_id, context.world_rank, context.attempt, spec.log_max_bytes)
             with capture:
-                env = request.run_config.runtime_env
-                prepared = prepare(store, env, status) if request.run_config.HasField("runtime_env") else PreparedEnv()
-                with activated(prepared):
+                # A run without a runtime environment has nothing to prepare or activate.
+                prepared = (
+                    prepare(store, request.run_config.runtime_env, status)
+                    if request.run_config.HasField("runtime_env")
+                    else None
+                )
+                with process_restored(), activated(prepared) if prepared is not None else contextlib.nullcontext():
                     value = train_fn(self, request)
             if context.world_rank == 0:
                 write_return_value(store, context.run_id, value)
