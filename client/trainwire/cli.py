@@ -192,7 +192,8 @@ def _health(args: argparse.Namespace) -> int:
     import grpc
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-    from trainwire_core.tls import ClientTLS, open_channel
+    from trainwire_core.serving import open_channel
+    from trainwire_core.tls import ClientTLS
 
     tls = ClientTLS.from_files(args.tls_ca or "", args.tls_cert or "", args.tls_key or "")
     options = [("grpc.ssl_target_name_override", args.tls_server_name)] if args.tls_server_name else []

@@ -16,9 +16,9 @@ import pyarrow as pa
 
 from trainwire_core.errors import DataLossError, NotFoundError
 from trainwire_core.grpc_status import from_rpc_error
-from trainwire_core.serving import KEEPALIVE_CLIENT_OPTIONS, message_size_options
+from trainwire_core.serving import KEEPALIVE_CLIENT_OPTIONS, message_size_options, open_channel
 from trainwire_core.storage import is_relative_path
-from trainwire_core.tls import ClientTLS, open_channel
+from trainwire_core.tls import ClientTLS
 from trainwire_core.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc, tune_pb2, tune_pb2_grpc
 
 UPLOAD_CHUNK_BYTES = 1 << 20

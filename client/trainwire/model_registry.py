@@ -8,8 +8,8 @@ import grpc
 
 from trainwire_core.errors import InvalidArgumentError
 from trainwire_core.grpc_status import from_rpc_error
-from trainwire_core.serving import KEEPALIVE_CLIENT_OPTIONS
-from trainwire_core.tls import ClientTLS, open_channel
+from trainwire_core.serving import KEEPALIVE_CLIENT_OPTIONS, open_channel
+from trainwire_core.tls import ClientTLS
 from trainwire_core.v1 import models_pb2, models_pb2_grpc
 
 

@@ -41,8 +41,8 @@ from trainwire_core.grpc_status import from_rpc_error
 from trainwire_core.inference import grpc_service_pb2 as pb
 from trainwire_core.inference import grpc_service_pb2_grpc as pb_grpc
 from trainwire_core.inference.codec import datatype_of, from_contents, from_raw, to_raw
-from trainwire_core.serving import KEEPALIVE_CLIENT_OPTIONS, message_size_options
-from trainwire_core.tls import ClientTLS, open_channel
+from trainwire_core.serving import KEEPALIVE_CLIENT_OPTIONS, message_size_options, open_channel
+from trainwire_core.tls import ClientTLS
 
 # Name of the single tensor a 2-D numpy array is sent as.
 MATRIX_INPUT = "input"

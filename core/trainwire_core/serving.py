@@ -1,4 +1,4 @@
-"""What every trainwire gRPC server shares: message limits, health, reflection, running."""
+"""What every trainwire gRPC server and client shares: message limits, channels, health, reflection, running."""
 
 from __future__ import annotations
 
@@ -142,6 +142,19 @@ class Startable(Protocol):
     async def start(self) -> str: ...
 
     async def stop(self, grace_s: float = 5.0) -> None: ...
+
+
+class ChannelSecurity(Protocol):
+    """How a client verifies a server (``trainwire_core.tls.ClientTLS``)."""
+
+    def credentials(self) -> grpc.ChannelCredentials: ...
+
+
+def open_channel(address: str, options: list[tuple[str, int]], tls: ChannelSecurity | None) -> grpc.Channel:
+    """A channel to ``address``: TLS when ``tls`` is given, plaintext otherwise (TLS is entered only then)."""
+    if tls is None:
+        return grpc.insecure_channel(address, options=options)
+    return grpc.secure_channel(address, tls.credentials(), options=options)
 
 
 def message_size_options(max_message_bytes: int) -> list[tuple[str, int]]:

@@ -15,6 +15,10 @@ import grpc
 
 from trainwire_core.errors import InvalidArgumentError
 
+# Channels are opened in ``serving`` (a plaintext one needs nothing of TLS); kept here for the
+# callers that still import it from this module.
+from trainwire_core.serving import open_channel  # noqa: F401
+
 
 def _read(path: str, field: str) -> bytes:
     try:
@@ -59,13 +63,6 @@ class ClientTLS:
         return grpc.ssl_channel_credentials(
             root_certificates=self.ca or None, private_key=self.key or None, certificate_chain=self.cert or None
         )
-
-
-def open_channel(address: str, options: list[tuple[str, int]], tls: ClientTLS | None) -> grpc.Channel:
-    """A channel to ``address``: TLS when ``tls`` is given, plaintext otherwise."""
-    if tls is None:
-        return grpc.insecure_channel(address, options=options)
-    return grpc.secure_channel(address, tls.credentials(), options=options)
 
 
 def add_port(server: grpc.aio.Server, address: str, cert: str = "", key: str = "", client_ca: str = "") -> int:

@@ -18,7 +18,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from trainwire_core.certificates import DEFAULT_NAMES, init_directory
 from trainwire_core.errors import FailedPreconditionError, InvalidArgumentError, UnavailableError
-from trainwire_core.tls import ClientTLS, open_channel
+from trainwire_core.serving import open_channel
+from trainwire_core.tls import ClientTLS
 from trainwire_core.v1 import common_pb2
 
 
