@@ -135,15 +135,3 @@ def error_for_code(code: grpc.StatusCode, message: str, field: str = "") -> Trai
     if cls is TrainwireError:
         err.code = code
     return err
-
-
-def require_installed(module: str, framework: str, package: str | None = None, install: str = "") -> None:
-    """Raises FrameworkNotInstalledError unless ``module`` can be imported.
-
-    Args:
-        install: How to install it, when ``pip install <package>`` is not the way.
-    """
-    import importlib.util
-
-    if importlib.util.find_spec(module) is None:
-        raise FrameworkNotInstalledError(framework, package or module, install)

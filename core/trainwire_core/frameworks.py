@@ -22,12 +22,13 @@ from __future__ import annotations
 
 import functools
 import importlib
+import importlib.util
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from typing import Any
 
-from trainwire_core.errors import InvalidArgumentError
+from trainwire_core.errors import FrameworkNotInstalledError, InvalidArgumentError
 
 FRAMEWORKS_GROUP = "trainwire.frameworks"
 WORKER_BACKENDS_GROUP = "trainwire.worker_backends"
@@ -131,3 +132,13 @@ def registered_half(group: str, name: str) -> type:
         known = sorted(ep.name for ep in entry_points(group=group))
         raise InvalidArgumentError(f"unknown framework {name!r}; known: {', '.join(known)}", field="framework")
     return next(iter(found)).load()
+
+
+def require_installed(module: str, framework: str, package: str | None = None, install: str = "") -> None:
+    """Raises FrameworkNotInstalledError unless ``module`` can be imported.
+
+    Args:
+        install: How to install it, when ``pip install <package>`` is not the way.
+    """
+    if importlib.util.find_spec(module) is None:
+        raise FrameworkNotInstalledError(framework, package or module, install)

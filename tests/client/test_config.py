@@ -115,7 +115,8 @@ def test_flatten_metrics():
 
 
 def test_a_missing_framework_is_reported_with_the_install_hint():
-    from trainwire_core.errors import FrameworkNotInstalledError, require_installed
+    from trainwire_core.errors import FrameworkNotInstalledError
+    from trainwire_core.frameworks import require_installed
 
     with pytest.raises(FrameworkNotInstalledError) as info:
         require_installed("no_such_module_xyz", "Horovod", "horovod")

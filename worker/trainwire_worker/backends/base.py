@@ -21,8 +21,8 @@ from typing import Any, Protocol
 import cloudpickle
 
 from trainwire.checkpoint import METADATA_NAME
-from trainwire_core.errors import InvalidArgumentError, require_installed
-from trainwire_core.frameworks import WORKER_BACKENDS_GROUP, Framework, get_framework
+from trainwire_core.errors import InvalidArgumentError
+from trainwire_core.frameworks import WORKER_BACKENDS_GROUP, Framework, get_framework, require_installed
 from trainwire_core.structs import merge_dicts, struct_to_dict
 from trainwire_core.v1 import coordinator_pb2
 
