@@ -45,6 +45,7 @@ SITECUSTOMIZE = textwrap.dedent(
         # The tree's packages (not its virtualenv): where the walk's files are.
         _packages = tuple(os.path.join(_root, p) + os.sep for p in os.environ["TRAINWIRE_WALK_PACKAGES"].split(","))
         _tasks = os.environ.get("TRAINWIRE_WALK_TASKS") == "1"
+        _COMPREHENSIONS = frozenset({"<listcomp>", "<dictcomp>", "<setcomp>", "<genexpr>"})
 
         def _hook_ray_tasks():
             # A threaded actor's tasks run on threads Ray's C++ core starts, which neither
@@ -73,6 +74,10 @@ SITECUSTOMIZE = textwrap.dedent(
             name = code.co_filename
             # Functions only (CO_OPTIMIZED): module and class bodies run on import.
             if not code.co_flags & 1 or not name.startswith(_packages):
+                return
+            # A comprehension a module or class body runs is part of that body (Python 3.12 inlines
+            # it; 3.11 runs it as a function of its own): it runs on import too.
+            if code.co_name in _COMPREHENSIONS and frame.f_back is not None and not frame.f_back.f_code.co_flags & 1:
                 return
             lines = []
             if name not in _seen:
