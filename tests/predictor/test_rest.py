@@ -17,6 +17,7 @@ import grpc
 import numpy as np
 import pytest
 from conftest import REST_MAX_BODY, REST_TOKEN, commit_checkpoint
+from tls_fixtures import PKI
 
 from trainwire_core import errors
 from trainwire_core.inference import grpc_service_pb2 as pb
@@ -298,8 +299,6 @@ def test_statistics_and_metrics_count_rest_requests(rest_predictor, http, valid_
 @pytest.fixture(scope="module")
 def secured(tmp_path_factory, local_booster):
     """A predictor with named tokens (one may only predict) and TLS on both protocols."""
-    from test_tls import PKI
-
     from trainwire.xgboost.checkpoint import XGBoostCheckpoint
     from trainwire_predictor.server import PredictorThread
     from trainwire_predictor.settings import PredictorSettings

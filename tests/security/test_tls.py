@@ -15,25 +15,13 @@ import grpc
 import pytest
 from cryptography import x509
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from tls_fixtures import PKI
 
 from trainwire_core.certificates import DEFAULT_NAMES, init_directory
 from trainwire_core.errors import FailedPreconditionError, InvalidArgumentError, UnavailableError
 from trainwire_core.serving import open_channel
 from trainwire_core.tls import ClientTLS
 from trainwire_core.v1 import common_pb2
-
-
-class PKI:
-    """A deployment's CA, server certificate (compose names and loopback) and client certificate."""
-
-    def __init__(self, directory) -> None:
-        done = subprocess.run(
-            [sys.executable, "-m", "trainwire.cli", "tls", "init", str(directory)], capture_output=True, text=True
-        )
-        assert done.returncode == 0, done.stderr
-        self.ca = str(directory / "ca.pem")
-        self.server = (str(directory / "server.pem"), str(directory / "server-key.pem"))
-        self.client = (str(directory / "client.pem"), str(directory / "client-key.pem"))
 
 
 @pytest.fixture(scope="module")
