@@ -1,16 +1,16 @@
 """What the coordinator and the worker runtime agree on, so that neither imports the other.
 
 The coordinator places one actor per rank of the class the worker runtime registers
-in the ``trainwire.worker_runtime`` entry-point group (as ``actor``), calls
-``check_framework(name)`` on each, then ``run(WorkerRun)``. The actor finds the
-framework's training function in its own registry (``trainwire.worker_backends``).
+in the ``trainwire.worker_runtime`` entry-point group (as ``actor``; the coordinator's
+placement finds it), calls ``check_framework(name)`` on each, then ``run(WorkerRun)``. The
+actor finds the framework's training function in its own registry
+(``trainwire.worker_backends``), and offers ``free_port()`` to the functions the
+coordinator's backends run on it.
 """
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass, field
-from importlib.metadata import entry_points
 from typing import Any
 
 from trainwire_core.tls import ClientTLS
@@ -47,32 +47,3 @@ class WorkerRun:
     dataset_shards: dict[str, Any] = field(default_factory=dict)
     next_report_index: int = 0
     log_max_bytes: int = 64 << 20
-
-
-@functools.cache
-def worker_actor_class() -> type:
-    """The worker runtime's actor class (not yet wrapped with ``ray.remote``).
-
-    Raises:
-        RuntimeError: No worker runtime is installed.
-    """
-    found = entry_points(group=WORKER_RUNTIME_GROUP, name="actor")
-    if not found:
-        raise RuntimeError(
-            f"no trainwire worker runtime is installed (entry point group {WORKER_RUNTIME_GROUP!r}): "
-            "pip install trainwire-worker on every Ray node"
-        )
-    return next(iter(found)).load()
-
-
-def free_port() -> int:
-    """A TCP port free on this host now: what a framework's rendezvous listens on.
-
-    The worker actor offers it as ``worker.free_port()`` to the functions the coordinator's
-    backends run on it; it needs nothing of the actor.
-    """
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("", 0))
-        return s.getsockname()[1]

@@ -11,7 +11,7 @@ import pytest
 from trainwire.torch import TorchConfig, TorchTrainer
 from trainwire_coordinator.backends.torch import TorchBackend, _destroy_process_group, _setup_process_group
 from trainwire_core.errors import InvalidArgumentError
-from trainwire_core.worker_runtime import free_port
+from trainwire_worker.backends.base import free_port
 
 dist = pytest.importorskip("torch.distributed")
 

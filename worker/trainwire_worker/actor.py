@@ -21,9 +21,10 @@ from trainwire.config import SyncConfig
 from trainwire.train.session import set_session
 from trainwire_core.storage import RETURN_VALUE_MAX_BYTES, RETURN_VALUE_NAME, Store
 from trainwire_core.v1 import common_pb2, coordinator_pb2, worker_reports_pb2
-from trainwire_core.worker_runtime import WorkerRun, free_port
+from trainwire_core.worker_runtime import WorkerRun
 from trainwire_worker.artifacts import ArtifactSyncer
 from trainwire_worker.backends import get_backend
+from trainwire_worker.backends.base import free_port
 from trainwire_worker.log_capture import LogCapture, worker_shipper
 from trainwire_worker.report_client import ReportStreamClient
 from trainwire_worker.runtime_env import activated, prepare

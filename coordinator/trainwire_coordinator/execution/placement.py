@@ -14,11 +14,12 @@ import asyncio
 import functools
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
+from importlib.metadata import entry_points
 from typing import Any
 
 from trainwire_coordinator.execution.run_state import ScalingPolicy
 from trainwire_core.v1 import common_pb2
-from trainwire_core.worker_runtime import WorkerRun, worker_actor_class
+from trainwire_core.worker_runtime import WORKER_RUNTIME_GROUP, WorkerRun
 
 
 @dataclass
@@ -101,6 +102,22 @@ def _actor_options(resources: dict[str, float]) -> dict[str, Any]:
     if "memory" in resources:
         opts["memory"] = resources["memory"]
     return opts
+
+
+@functools.cache
+def worker_actor_class() -> type:
+    """The worker runtime's actor class (not yet wrapped with ``ray.remote``).
+
+    Raises:
+        RuntimeError: No worker runtime is installed.
+    """
+    found = entry_points(group=WORKER_RUNTIME_GROUP, name="actor")
+    if not found:
+        raise RuntimeError(
+            f"no trainwire worker runtime is installed (entry point group {WORKER_RUNTIME_GROUP!r}): "
+            "pip install trainwire-worker on every Ray node"
+        )
+    return next(iter(found)).load()
 
 
 @functools.cache

@@ -134,3 +134,16 @@ def get_backend(name: str, *, check_installed: bool = False) -> WorkerBackend:
     if check_installed:
         backend.check_installed()
     return backend
+
+
+def free_port() -> int:
+    """A TCP port free on this host now: what a framework's rendezvous listens on.
+
+    The worker actor offers it as ``worker.free_port()`` to the functions the coordinator's
+    backends run on it; it needs nothing of the actor (and does not come back into it).
+    """
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("", 0))
+        return s.getsockname()[1]
