@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from trainwire_core.errors import ResourceExhaustedError
 from trainwire_predictor.generative.grammar import Constraint, grammar_tokenizer
-from trainwire_predictor.generative.kvcache import BatchCache
+from trainwire_predictor.generative.kvcache import BatchCache, past_cache
 from trainwire_predictor.generative.lazy import LazyModule
 from trainwire_predictor.generative.packed import pack_linear_layers
 
@@ -276,6 +276,8 @@ class PrefixCache:
         self._blocks: collections.OrderedDict[bytes, list[tuple[torch.Tensor, torch.Tensor]]] = (
             collections.OrderedDict()
         )
+        # The last prefix of several blocks looked up, joined: (its last block's key, keys and values per layer).
+        self._joined: tuple[bytes, list[tuple[torch.Tensor, torch.Tensor]]] | None = None
         # Counts for metrics and tests: prompt tokens looked up, and those found here.
         self.lookup_tokens = 0
         self.hit_tokens = 0
@@ -331,8 +333,15 @@ class PrefixCache:
             return tokens, None
         if len(found) == 1:
             return tokens, list(found[0][1])
+        # The last prefix joined is kept joined: a stream of requests sharing it joins it once.
+        # (Its blocks are never changed, so the joined copy stays right while they are kept.)
+        last = found[-1][0]
+        if self._joined is not None and self._joined[0] == last:
+            return tokens, self._joined[1]
         layers = zip(*(blocks for _, blocks in found), strict=True)
-        return tokens, [(torch.cat([k for k, _ in kv], dim=2), torch.cat([v for _, v in kv], dim=2)) for kv in layers]
+        joined = [(torch.cat([k for k, _ in kv], dim=2), torch.cat([v for _, v in kv], dim=2)) for kv in layers]
+        self._joined = (last, joined)
+        return tokens, joined
 
     def store(
         self, keys: list[bytes], caches: list[tuple[torch.Tensor, torch.Tensor]], start_block: int, offset: int = 0
@@ -355,7 +364,9 @@ class PrefixCache:
             self._blocks[key] = blocks
             self.bytes += size
             while self.bytes > self.budget_bytes:
-                _, dropped = self._blocks.popitem(last=False)
+                gone, dropped = self._blocks.popitem(last=False)
+                if self._joined is not None and self._joined[0] == gone:
+                    self._joined = None
                 self.bytes -= sum(k.numel() * k.element_size() + v.numel() * v.element_size() for k, v in dropped)
 
 
@@ -601,10 +612,7 @@ class GenerationEngine:
             positions[row, pad:] = torch.arange(reused, reused + len(tail))
         extra: dict[str, Any] = {}
         if past is not None:
-            from transformers import DynamicCache
-
-            layers = [(k.expand(count, -1, -1, -1), v.expand(count, -1, -1, -1)) for k, v in past]
-            extra["cache"] = DynamicCache(ddp_cache_data=layers)
+            extra["cache"] = past_cache([(k.expand(count, -1, -1, -1), v.expand(count, -1, -1, -1)) for k, v in past])
         scored = count == 1 and generations[0].params.prompt_logprobs is not None
         with self._adapted(generations):
             out = self.model(
@@ -648,9 +656,11 @@ class GenerationEngine:
                 joining.append((row, seq))
         if not joining:
             return
-        index = torch.tensor([row for row, _ in joining], dtype=torch.long)
-        layers = [(k.index_select(0, index), v.index_select(0, index)) for k, v in caches]
-        rows_mask = mask.index_select(0, index)
+        layers, rows_mask = caches, mask
+        if len(joining) < count:  # some ended at their first token
+            index = torch.tensor([row for row, _ in joining], dtype=torch.long)
+            layers = [(k.index_select(0, index), v.index_select(0, index)) for k, v in caches]
+            rows_mask = mask.index_select(0, index)
         next_positions = torch.tensor([len(seq.generation.prompt_ids) for _, seq in joining], dtype=torch.long)
         if self._batch is None:
             self._batch = BatchCache(layers, rows_mask, next_positions)

@@ -168,8 +168,18 @@ def _Layer(batch: BatchCache, index: int) -> Any:  # noqa: N802 - a class made o
     return _classes()[1](batch, index)
 
 
+def past_cache(layers: list[tuple[torch.Tensor, torch.Tensor]]) -> Any:
+    """A ``DynamicCache`` that starts from ``layers`` as they are (expanded views too), copying nothing.
+
+    ``DynamicCache(ddp_cache_data=...)`` concatenates the given tensors onto empty ones: one
+    whole copy of the past before the pass appends to it (another).
+    """
+    cache_class, _, layer_class = _classes()
+    return cache_class([layer_class(k, v) for k, v in layers])
+
+
 @functools.cache
-def _classes() -> tuple[Any, Any]:
+def _classes() -> tuple[Any, Any, Any]:
     """The cache classes, made when ``transformers`` is first needed (not with the server)."""
     from transformers import DynamicCache
     from transformers.cache_utils import Cache, DynamicLayer
@@ -192,4 +202,13 @@ def _classes() -> tuple[Any, Any]:
             self.keys, self.values = self._batch.write(self._index, key_states, value_states)
             return self.keys, self.values
 
-    return _BatchDynamicCache, _BatchLayer
+    class _PastLayer(DynamicLayer):
+        """A layer whose past is given tensors, used as they are: the pass's update concatenates once."""
+
+        def __init__(self, keys: Any, values: Any) -> None:
+            super().__init__()
+            self.keys, self.values = keys, values
+            self.device = keys.device
+            self.is_initialized = True
+
+    return _BatchDynamicCache, _BatchLayer, _PastLayer
