@@ -125,6 +125,27 @@ def test_calls_measured_as_short_run_on_the_loop_and_batch_what_one_iteration_qu
         assert loop_thread not in predictor.threads
 
 
+def test_requests_queued_behind_a_call_on_a_thread_go_on_the_loop_once_the_call_is_measured_short():
+    """Under load as when idle, a call within the inline budget runs on the loop: no hop to a thread and back."""
+    predictor = ThreadNoter()
+    inputs, outputs = describe(predictor)
+    model = LoadedModel(ModelRef("run", "doubler", "c1"), "fake", predictor, inputs, outputs)
+    predictor.calls.clear()
+    predictor.threads.clear()
+
+    async def go():
+        with ThreadPoolExecutor(2) as pool:
+            batcher = Batcher(pool, max_inflight=1, inline_budget_ns=10**9)
+            # The first finds the model unmeasured (a thread); the others queue behind its call.
+            results = await asyncio.gather(*(batcher.infer(request([float(i)], str(i)), model) for i in range(5)))
+            return results, threading.get_ident()
+
+    results, loop_thread = asyncio.run(go())
+    assert [r.outputs[0][1].tolist() for r in results] == [[2.0 * i] for i in range(5)]
+    assert predictor.threads[0] != loop_thread and predictor.calls[0] == 1
+    assert predictor.threads[1:] == [loop_thread] and predictor.calls[1:] == [4]  # one call, on the loop
+
+
 @pytest.mark.parametrize("busy", [True, False])
 def test_a_busy_loop_holds_an_inline_call_for_requests_arriving_turns_later_an_idle_one_does_not(busy: bool):
     import time

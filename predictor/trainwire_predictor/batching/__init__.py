@@ -7,11 +7,12 @@ on the other rows of the batch (``Predictor.batch_invariant``, e.g. tree
 ensembles) are batched, so every answer equals the in-process one. Requests
 batch only with requests of the same input form and dtypes.
 
-Requests that find the model idle, where its call is measured to take at
-most ``inline_budget_ns`` for their rows (a compiled tree model on a few small
-requests), are scored on the event loop at the end of the loop iteration that
-queued them, together: for a call that short, handing it to a thread and back
-costs more than the call. Under load the threads score, beside the loop.
+A call measured to take at most ``inline_budget_ns`` for its rows (a compiled
+tree model on a few small requests) is scored on the event loop at the end of
+the loop iteration that queued its requests, together, whether the model was
+idle or just finished a call: for a call that short, handing it to a thread and
+back costs the loop more than the call (a wake-up each way, the GIL passed
+between them). Longer calls go to the threads, beside the loop.
 
 A busy gRPC server hands its requests to the data plane about one at a time
 (each handler runs to its await before the next one starts), so an inline call

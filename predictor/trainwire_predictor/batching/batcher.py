@@ -194,9 +194,9 @@ class Batcher:
         Args:
             key: The model and input form.
             model: The loaded model.
-            inline: Run it on the loop if it is short enough. Only requests that found the
-                model idle do: under load the loop is what limits, and a thread scores
-                alongside it while the next requests queue up.
+            inline: Run it on the loop if it is short enough (``inline_budget_ns``), idle or
+                under load: for such a call, the hop to a thread and back (a wake-up each way,
+                and the GIL passed between them) costs the loop more than the call itself.
         """
         queue = self._queues[key]
         policy = self._policies.get(key)
@@ -262,10 +262,16 @@ class Batcher:
                 item.future.set_exception(result)
             else:
                 item.future.set_result(result)
-        if key in self._queues:
+        queue = self._queues.get(key)
+        if queue:
             policy = self._policies.get(key)
             if policy is not None:
                 self._schedule(key, model, policy)
+            elif self._inline(model, _rows(queue[0].batch)):
+                # Under load too, a short call goes on the loop (at the end of this iteration, with
+                # what it queues): a hop to a thread and back costs the loop more than such a call.
+                self._inflight[key] += 1
+                asyncio.get_running_loop().call_soon(self._launch_deferred, key, model, False)
             else:
                 self._launch(key, model)
 
