@@ -26,8 +26,12 @@ channel per caller, up to 16): a ``--workers 2`` server's kernel hands each conn
 worker. Servers take turns in a rotating order over ``--trials`` trials, each cell the median;
 beside each own-client cell, the server's CPU per request (all its processes, from ``/proc``).
 
+With ``--compare-to REV`` (a git revision), the predictor package as it was at REV serves too, with 1
+and 2 workers ("before, 1 worker", "before, 2 workers"), so a change is measured under the same load.
+
 Run: .venv/bin/python bench/perf_analyzer.py [--concurrency 1 8 32] [--requests 2000]
      .venv/bin/python bench/perf_analyzer.py --side-by-side [--trials 3] [--pytriton-python PY] [--json out.json]
+         [--compare-to REV] [--skip-mlserver]
 """
 
 from __future__ import annotations
@@ -232,11 +236,18 @@ def start_side_by_side(workdir: Path, args: argparse.Namespace, request: bytes) 
     """Starts every server of the comparison; returns name -> its process, port and which clients load it."""
     model_dir = workdir / "model-matrix"
     servers: dict[str, dict[str, Any]] = {}
+    before: dict[str, str] | None = None
+    if args.compare_to:
+        package = pt.checkout_predictor(workdir, args.compare_to)
+        before = {"PYTHONPATH": os.pathsep.join(filter(None, [str(package), os.environ.get("PYTHONPATH", "")]))}
     for name, workers in (("trainwire 1 worker", 1), ("trainwire 2 workers", 2)):
-        port = pt.free_port()
         extra = ["--workers", str(workers)] if workers > 1 else []
-        proc = pt.start_predictor(workdir, port, name.replace(" ", "-"), extra=extra)
-        servers[name] = {"proc": proc, "port": port, "perf_analyzer": True}
+        for label, env in ((name, None), (f"before, {name.split(' ', 1)[1]}", before)):
+            if label != name and env is None:
+                continue
+            port = pt.free_port()
+            proc = pt.start_predictor(workdir, port, label.replace(" ", "-").replace(",", ""), env, extra=extra)
+            servers[label] = {"proc": proc, "port": port, "perf_analyzer": True}
     if not args.skip_mlserver:
         port, http_port = pt.free_port(), pt.free_port()
         mlserver = pt.ensure_mlserver()
@@ -349,7 +360,8 @@ def side_by_side_report(
         f"\n{pt.ROWS}-row XGBoost requests over gRPC: requests/s and p99 (ms), median of {args.trials} "
         f"interleaved trials of {args.seconds:g} s windows\nload before: {load}\nload after:  {after}"
     )
-    for client, title in (("perf_analyzer", "perf_analyzer 2.60.0"), ("own", "the bench's grpc.aio client")):
+    own_title = "the bench's grpc.aio client (requests/s / p99 / the server's CPU per request)"
+    for client, title in (("perf_analyzer", "perf_analyzer 2.60.0"), ("own", own_title)):
         columns = [n for n in names if (n, client, args.concurrency[0]) in cells]
         print(f"\n{title}\n| concurrency | " + " | ".join(columns) + " |")
         print("|---:|" + "---:|" * len(columns))
@@ -357,7 +369,10 @@ def side_by_side_report(
             row = []
             for n in columns:
                 cell = cells[(n, client, c)]
-                row.append(cell["error"] if "error" in cell else f"{cell['rps']:,.0f} / {cell['p99_ms']:.2f} ms")
+                text = "" if "error" in cell else f"{cell['rps']:,.0f} / {cell['p99_ms']:.2f} ms"
+                if "cpu_us_per_request" in cell:  # the server's CPU per request (own client)
+                    text += f" / {cell['cpu_us_per_request']:.0f} us"
+                row.append(cell.get("error", text))
             print(f"| {c} | " + " | ".join(row) + " |")
     goals = []
 
@@ -403,6 +418,9 @@ def main() -> None:
     parser.add_argument("--skip-mlserver", action="store_true")
     parser.add_argument("--pytriton-python", help="side by side: a python with nvidia-pytriton and xgboost")
     parser.add_argument("--json", type=Path, help="side by side: also write the figures here")
+    parser.add_argument(
+        "--compare-to", metavar="REV", help="side by side: also serve the predictor package as of this git revision"
+    )
     parser.add_argument("--pytriton-server", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.pytriton_server:
