@@ -31,8 +31,12 @@ with ``--dtype float32`` (the weights' own, as trainwire runs them). ``--tune-vl
 thread binding (``VLLM_CPU_OMP_THREADS_BIND``), KV cache space and ``--max-num-seqs`` on one cell
 and prints the winner; VLLM_SETTINGS below holds the winner the full run uses.
 
+``--engine-alone`` runs the decode engine in this process on the small model (no server, no
+client process): closed-loop callers, and the process's CPU time per token beside tokens/s.
+
 Run: .venv/bin/python bench/generate_vs_vllm.py [--quick] [--seconds 6] [--workloads grid prefix lora]
      .venv/bin/python bench/generate_vs_vllm.py --tune-vllm
+     .venv/bin/python bench/generate_vs_vllm.py --engine-alone --concurrency 1 8 32 --max-tokens 32
 """
 
 from __future__ import annotations
@@ -429,6 +433,76 @@ def tune_vllm(workdir: Path, hf: dict[str, Path], seconds: float) -> None:
             stop(server)
 
 
+def engine_alone(args: argparse.Namespace) -> None:
+    """The decode engine in this process, no server: closed-loop callers on the small model.
+
+    Prints tokens/s, median time to first token and the process's CPU milliseconds per token
+    (steadier than tokens/s on a shared machine) per concurrency, and for the shared-prefix
+    workload at concurrency 8.
+    """
+    import random
+
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from trainwire_predictor.generative.engine import GenerationEngine, SamplingParams
+
+    torch.manual_seed(0)
+    shape = dict(SIZES["small"])
+    model = GPT2LMHeadModel(GPT2Config(n_positions=CONTEXT, eos_token_id=None, bos_token_id=None, **shape)).eval()
+    model.generation_config.eos_token_id = None
+    tokenizer = make_tokenizer(shape["vocab_size"])
+    rng = random.Random(0)
+
+    def ids(workload: str) -> list[list[int]]:
+        prefix = [rng.randrange(1, shape["vocab_size"]) for _ in range(512)] if workload == "prefix" else []
+        own = 16 if workload == "prefix" else 12
+        return [prefix + [rng.randrange(1, shape["vocab_size"]) for _ in range(own)] for _ in range(64)]
+
+    async def cell(engine: GenerationEngine, prompts: list[list[int]], concurrency: int, max_tokens: int) -> dict:
+        tokens, first = 0, []
+        stop = time.perf_counter() + args.seconds
+
+        async def caller(k: int) -> None:
+            nonlocal tokens
+            i = k
+            while time.perf_counter() < stop:
+                sent, got = time.perf_counter(), False
+                async for event in engine.submit(prompts[i % len(prompts)], SamplingParams(max_tokens=max_tokens)):
+                    if event.token_id is not None:
+                        tokens += 1
+                        if not got:
+                            first.append(time.perf_counter() - sent)
+                            got = True
+                i += concurrency
+
+        started, cpu = time.perf_counter(), time.process_time()
+        await asyncio.gather(*(caller(k) for k in range(concurrency)))
+        return {
+            "tokens_per_s": round(tokens / (time.perf_counter() - started), 1),
+            "ttft_ms": round(statistics.median(first) * 1000, 1),
+            "cpu_ms_per_token": round((time.process_time() - cpu) * 1000 / tokens, 2),
+        }
+
+    async def main() -> None:
+        engine = GenerationEngine(model, tokenizer, max_batch=64, prefix_cache_bytes=256 << 20)
+        try:
+            grid, shared = ids("grid"), ids("prefix")
+            await cell(engine, grid[:2], 2, 4)  # warm-up
+            for max_tokens in args.max_tokens:
+                for c in args.concurrency:
+                    row = {"workload": "grid", "concurrency": c, "max_tokens": max_tokens}
+                    print(json.dumps({**row, **await cell(engine, grid, c, max_tokens)}), flush=True)
+            await cell(engine, shared[:1], 1, 2)  # the prefix cached, as the server run's warm-up does
+            row = {"workload": "prefix", "concurrency": 8, "max_tokens": 32}
+            print(json.dumps({**row, **await cell(engine, shared, 8, 32)}), flush=True)
+        finally:
+            engine.close(5)
+
+    print(f"load average {os.getloadavg()[0]:.1f}", flush=True)
+    asyncio.run(main())
+
+
 def aiperf_bin() -> Path:
     path = Path(os.environ.get("AIPERF_BIN", VLLM_PEER.with_name("aiperf") / "bin" / "aiperf"))
     if not path.exists():
@@ -524,12 +598,18 @@ def main() -> None:
     parser.add_argument("--skip-vllm", action="store_true")
     parser.add_argument("--tune-vllm", action="store_true", help="try vLLM's CPU settings, print each, then stop")
     parser.add_argument("--aiperf", action="store_true", help="aiperf on the chat endpoint of both servers, then stop")
+    parser.add_argument(
+        "--engine-alone", action="store_true", help="the decode engine in-process on the small model (no server)"
+    )
     parser.add_argument("--aiperf-concurrency", type=int, default=8)
     parser.add_argument("--aiperf-requests", type=int, default=64)
     args = parser.parse_args()
     if args.quick:
         args.sizes, args.concurrency, args.max_tokens, args.seconds = ["tiny"], [1, 8], [32], 3.0
         args.prefix_size = "tiny"
+    if args.engine_alone:
+        engine_alone(args)
+        return
     todo = cells(args)
     with tempfile.TemporaryDirectory(prefix="trainwire-vs-vllm-") as tmp:
         workdir = Path(tmp)
