@@ -4,9 +4,11 @@ One thread per model runs the decode loop: every step feeds the last token of
 every active sequence through the model at once, with their key/value caches
 stacked into one batch. Sequences of different lengths share the batch padded
 on the left (masked, with their own position ids), as ``transformers``'
-batched ``generate`` pads them. A new request is prefilled on its own and joins
-the batch between two decode steps; a finished, cancelled or late one leaves
-it at the next step, freeing its slot.
+batched ``generate`` pads them. The requests admitted between two decode steps
+are prefilled together (``GenerationEngine._prefill``) and join the batch, whose
+keys and values stay in place (``generative.kvcache``); a finished, cancelled or
+late one leaves it at the next step, freeing its slot. The linear layers'
+weights are packed for oneDNN when the thread starts (``generative.packed``).
 
 Tokens reach the request's ``asyncio.Queue`` through its loop's
 ``call_soon_threadsafe``: the event loop never waits on the model.
