@@ -35,7 +35,8 @@ from trainwire.model_registry import ModelRegistryClient
 from trainwire.predictor_client import encode_request
 from trainwire.xgboost import XGBoostPredictor, XGBoostTrainer
 from trainwire_core.inference import grpc_service_pb2_grpc
-from trainwire_core.tls import ClientTLS, open_channel
+from trainwire_core.serving import open_channel
+from trainwire_core.tls import ClientTLS
 from trainwire_core.v1 import common_pb2
 
 ALIAS = "production"

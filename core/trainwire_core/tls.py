@@ -15,10 +15,6 @@ import grpc
 
 from trainwire_core.errors import InvalidArgumentError
 
-# Channels are opened in ``serving`` (a plaintext one needs nothing of TLS); kept here for the
-# callers that still import it from this module.
-from trainwire_core.serving import open_channel  # noqa: F401
-
 
 def _read(path: str, field: str) -> bytes:
     try:

@@ -14,8 +14,8 @@ from concurrent.futures import Future
 
 from trainwire_core.serving import REPORT_RUN_ID_METADATA as RUN_ID_METADATA
 from trainwire_core.serving import REPORT_SECRET_METADATA as SECRET_METADATA
-from trainwire_core.serving import message_size_options
-from trainwire_core.tls import ClientTLS, open_channel
+from trainwire_core.serving import message_size_options, open_channel
+from trainwire_core.tls import ClientTLS
 from trainwire_core.v1 import worker_reports_pb2, worker_reports_pb2_grpc
 
 _CLOSE = object()
