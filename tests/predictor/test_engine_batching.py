@@ -93,6 +93,13 @@ def test_a_burst_batched_and_mixed_answers_as_generate_alone(model: Any) -> None
         assert [short, long] == expected[len(requests) :]
     finally:
         engine.close(5)
+    # All 8 admitted at once: 234 prompt tokens, prefilled in passes of at most PREFILL_TOKENS.
+    wide = GenerationEngine(model, _Tokenizer(), max_batch=8, threads=1)
+    try:
+        assert sum(len(p) for p, _ in requests) > 128
+        assert _burst(wide, requests) == expected[: len(requests)]
+    finally:
+        wide.close(5)
 
 
 def test_a_burst_sharing_a_new_prefix_prefills_it_once(model: Any) -> None:

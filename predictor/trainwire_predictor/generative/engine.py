@@ -42,6 +42,11 @@ else:
 
 logger = logging.getLogger(__name__)
 
+# Most prompt tokens prefilled in one pass (a longer prompt is one pass of its own). A burst's
+# prompts are cut into passes of about this many tokens: the matrix products are as efficient at
+# this size as at any larger, and each pass's requests get their first token when it ends.
+PREFILL_TOKENS = 128
+
 # Why a generation ended (OpenAI's finish_reason names, and two of trainwire's).
 LENGTH, STOP, DEADLINE, CANCELLED = "length", "stop", "deadline", "cancelled"
 
@@ -543,10 +548,10 @@ class GenerationEngine:
     def _prefill(self, joining: list[Generation]) -> None:
         """Prefills the joining generations, batched, and adds those that go on to the decode batch.
 
-        Prompts that reuse the same cached prefix (or none) are prefilled together in one pass,
-        padded on the left. A prompt whose leading blocks another joining prompt is about to
-        prefill and cache waits for that pass and then reuses them, rather than computing them
-        again: a burst sharing a new system prompt prefills it once.
+        Prompts that reuse the same cached prefix (or none) are prefilled together, padded on
+        the left, in passes of at most ``PREFILL_TOKENS`` tokens. A prompt whose leading blocks
+        another joining prompt is about to prefill and cache waits for that pass and then reuses
+        them, rather than computing them again: a burst sharing a new system prompt prefills it once.
         """
         cache = self.prefix_cache
         plans: list[tuple[Generation, list[bytes]]] = []
@@ -593,7 +598,19 @@ class GenerationEngine:
                         past = groups[group][0][3]
                 groups.setdefault(group, []).append((generation, keys, reused, past))
             for members in groups.values():
-                self._prefill_group(members)
+                # At most PREFILL_TOKENS tokens a pass (a longer prompt alone): the first requests of a
+                # burst get their first token after their own pass, not after the whole burst's.
+                chunk: list[tuple[Generation, list[bytes], int, Any]] = []
+                tokens = 0
+                for member in members:
+                    size = len(member[0].prompt_ids) - member[2]
+                    if chunk and tokens + size > PREFILL_TOKENS:
+                        self._prefill_group(chunk)
+                        chunk, tokens = [], 0
+                    chunk.append(member)
+                    tokens += size
+                if chunk:
+                    self._prefill_group(chunk)
 
     def _prefill_group(self, members: list[tuple[Generation, list[bytes], int, Any]]) -> None:
         """One pass over prompts that share their cached past (``reused`` tokens, the same for all)."""
