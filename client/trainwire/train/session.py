@@ -10,7 +10,8 @@ of the loop running in this process is set with ``set_session``.
 (``_deliver``: in this process, or the worker's report stream) and what a dataset is to the
 loop (``_shard``). What a report may hold, how reports are numbered and checkpoints named,
 what a ``checkpoint_upload_fn`` must return and how validation metrics are computed are the
-same in both, so they live here.
+same in both, so they live here, with the loop's functions that call the session
+(``report``, ``get_checkpoint``, ``get_context``, ...), which ``trainwire.train`` re-exports.
 """
 
 from __future__ import annotations
@@ -18,12 +19,15 @@ from __future__ import annotations
 import abc
 import shutil
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from trainwire.checkpoint import Checkpoint
 from trainwire.train.v2 import (
+    CheckpointConsistencyMode,
     CheckpointUploadMode,
+    ReportedCheckpoint,
     ValidationConfig,
     ValidationTaskConfig,
 )
@@ -349,3 +353,109 @@ class ReportingSession(TrainSession):
     def _shard(self, name: str, data: Any) -> Any:
         """Dataset ``name`` as the loop reads it (as it was given, by default)."""
         return data
+
+
+# --- the loop's functions (``trainwire.train.report`` and the like: re-exported by the package) ---
+def report(
+    metrics: dict[str, Any],
+    checkpoint: Checkpoint | None = None,
+    checkpoint_dir_name: str | None = None,
+    checkpoint_upload_mode: CheckpointUploadMode = CheckpointUploadMode.SYNC,
+    delete_local_checkpoint_after_upload: bool | None = None,
+    checkpoint_upload_fn: Callable[[Checkpoint, str], Checkpoint] | None = None,
+    validation: bool | ValidationTaskConfig = False,
+) -> None:
+    """Reports metrics (and optionally a checkpoint) from this worker, as Ray Train V2's.
+
+    Every worker must call ``report`` the same number of times; rank 0's metrics are the
+    run's. Checkpoints are committed in report order.
+
+    Args:
+        metrics: JSON-able metrics.
+        checkpoint: A checkpoint to persist in the run's storage.
+        checkpoint_dir_name: The checkpoint's directory name (default ``checkpoint_<index>``);
+            unique within the run.
+        checkpoint_upload_mode: SYNC copies before returning (the directory may be deleted
+            after); ASYNC returns at once and copies in the background (a local directory's
+            files are hard-linked first where the filesystem allows, so the loop may delete it;
+            else leave it until ``get_all_reported_checkpoints`` returns); NO_UPLOAD registers
+            a checkpoint already in the run's storage.
+        delete_local_checkpoint_after_upload: Delete the local directory once copied
+            (default: True for ASYNC, else False).
+        checkpoint_upload_fn: ``fn(checkpoint, dir_name) -> Checkpoint`` that persists the
+            checkpoint itself into the run's storage (see ``get_context().get_storage()``).
+        validation: True, or a ValidationTaskConfig: run the trainer's ValidationConfig on
+            this checkpoint, beside the loop; its metrics join the checkpoint's.
+    """
+    get_session().report(
+        metrics,
+        checkpoint,
+        checkpoint_dir_name=checkpoint_dir_name,
+        checkpoint_upload_mode=checkpoint_upload_mode,
+        delete_local_checkpoint_after_upload=delete_local_checkpoint_after_upload,
+        checkpoint_upload_fn=checkpoint_upload_fn,
+        validation=validation,
+    )
+
+
+def get_all_reported_checkpoints(
+    consistency_mode: CheckpointConsistencyMode = CheckpointConsistencyMode.VALIDATED,
+    timeout_s: float | None = None,
+) -> list[ReportedCheckpoint]:
+    """The run's committed checkpoints with their metrics, oldest first, once this worker's reports are in."""
+    return get_session().get_all_reported_checkpoints(consistency_mode, timeout_s)
+
+
+def get_checkpoint() -> Checkpoint | None:
+    """The latest checkpoint of this run, or the one it resumes from, or None."""
+    return get_session().get_checkpoint()
+
+
+def get_context() -> TrainContext:
+    """Ranks, world size and the run's name."""
+    return get_session().context
+
+
+def get_dataset_shard(dataset_name: str | None = "train") -> Any:
+    """This worker's shard of a dataset passed to the trainer (a Ray Data iterator)."""
+    return get_session().get_dataset_shard(dataset_name or "train")
+
+
+def get_world_size() -> int:
+    """How many workers the run has."""
+    return get_context().get_world_size()
+
+
+def get_world_rank() -> int:
+    """This worker's rank among all workers (0 is the one whose metrics are the run's)."""
+    return get_context().get_world_rank()
+
+
+def get_local_rank() -> int:
+    """This worker's rank among the workers on its node."""
+    return get_context().get_local_rank()
+
+
+def get_local_world_size() -> int:
+    """How many of the run's workers are on this worker's node."""
+    return get_context().get_local_world_size()
+
+
+def get_node_rank() -> int:
+    """The rank of this worker's node."""
+    return get_context().get_node_rank()
+
+
+def get_trial_name() -> str:
+    """The run's name (Ray's trial name)."""
+    return get_context().get_trial_name()
+
+
+def get_experiment_name() -> str:
+    """The run's name (Ray's experiment name)."""
+    return get_context().get_experiment_name()
+
+
+def get_trial_dir() -> str:
+    """A local directory for this worker's artifacts."""
+    return get_context().get_trial_dir()

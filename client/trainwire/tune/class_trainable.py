@@ -37,7 +37,7 @@ STATE_FILE = ".trainable_state.json"
 
 def _session_context() -> Any:
     """This worker's TrainContext inside a trial, else None (a Trainable built by hand)."""
-    from trainwire.train import get_session
+    from trainwire.train.session import get_session
 
     try:
         return get_session().context
