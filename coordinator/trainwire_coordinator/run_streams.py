@@ -12,28 +12,27 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 import time
 from collections import defaultdict
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 from google.protobuf import timestamp_pb2
 
 from trainwire_coordinator.execution.run_state import TERMINAL
 from trainwire_coordinator.metadata import MetadataStore
 from trainwire_core.errors import InvalidArgumentError, NotFoundError
-from trainwire_core.run_logs import (
-    CHUNK_NAME,
-    DONE_NAME,
+from trainwire_core.storage import (
+    LOG_CHUNK_NAME,
+    LOG_DONE_NAME,
     LOGS_DIR,
-    Position,
-    chunk_name,
-    decode_cursor,
-    encode_cursor,
-    parse_attempt_dir,
-    parse_rank_dir,
+    Store,
+    log_chunk_name,
+    parse_log_attempt_dir,
+    parse_log_rank_dir,
 )
-from trainwire_core.storage import Store
 from trainwire_core.v1 import coordinator_pb2
 
 # --- events (WatchRun) ---------------------------------------------------------------
@@ -156,6 +155,40 @@ def _varint(value: int) -> bytes:
 
 # After the run ends, how long to wait for shippers still writing their last chunk.
 END_GRACE_S = 15.0
+_CURSOR_PART = re.compile(r"^(\d{1,6})\.(\d{1,6}):(\d{1,8})\.(\d{1,9})$")
+
+
+@dataclass(frozen=True)
+class Position:
+    """The last line read of one stream: chunk ``seq``, line ``line`` (0-based) of it."""
+
+    seq: int
+    line: int
+
+
+def encode_cursor(positions: dict[tuple[int, int], Position]) -> str:
+    """``rank.attempt:seq.line`` per stream, comma-separated: where a reader got to."""
+    return ",".join(f"{r}.{a}:{p.seq}.{p.line}" for (r, a), p in sorted(positions.items()))
+
+
+def decode_cursor(cursor: str) -> dict[tuple[int, int], Position]:
+    """The positions a cursor holds.
+
+    Raises:
+        ValueError: Not a cursor ``encode_cursor`` wrote.
+    """
+    positions: dict[tuple[int, int], Position] = {}
+    if not cursor:
+        return positions
+    if len(cursor) > 100_000:
+        raise ValueError("cursor is too long")
+    for part in cursor.split(","):
+        m = _CURSOR_PART.match(part)
+        if not m:
+            raise ValueError(f"bad cursor part {part[:40]!r}")
+        r, a, seq, line = map(int, m.groups())
+        positions[(r, a)] = Position(seq, line)
+    return positions
 
 
 class LogReader:
@@ -186,11 +219,11 @@ class LogReader:
         """(rank, attempt, directory) of every stream written so far, by attempt then rank."""
         found = []
         for rank_name in self.store.list_dir(self.logs_dir):
-            rank = parse_rank_dir(rank_name)
+            rank = parse_log_rank_dir(rank_name)
             if rank is None or (self.ranks and rank not in self.ranks):
                 continue
             for attempt_name in self.store.list_dir(f"{self.logs_dir}/{rank_name}"):
-                attempt = parse_attempt_dir(attempt_name)
+                attempt = parse_log_attempt_dir(attempt_name)
                 if attempt is not None:
                     found.append((attempt, rank, f"{self.logs_dir}/{rank_name}/{attempt_name}"))
         return [(rank, attempt, d) for attempt, rank, d in sorted(found)]
@@ -208,14 +241,14 @@ class LogReader:
                 continue
             names = self.store.list_dir(directory)
             # The shipper writes ``done`` after its last chunk: seen in this listing, every chunk is in it.
-            ended = DONE_NAME in names
-            chunks = sorted(int(m.group(1)) for n in names if (m := CHUNK_NAME.match(n)))
+            ended = LOG_DONE_NAME in names
+            chunks = sorted(int(m.group(1)) for n in names if (m := LOG_CHUNK_NAME.match(n)))
             at = self.positions.get(key, Position(0, -1))
             for seq in chunks:
                 if seq < at.seq or seq <= self._read_through.get(key, 0):
                     continue
                 try:
-                    data = self.store.read_bytes(f"{directory}/{chunk_name(seq)}")
+                    data = self.store.read_bytes(f"{directory}/{log_chunk_name(seq)}")
                 except NotFoundError:
                     continue  # rotated away between listing and reading
                 for index, raw in enumerate(data.splitlines()):

@@ -4,6 +4,7 @@ Layout under the store's root::
 
     runs/<run_id>/checkpoints/<checkpoint_id>/...   checkpoint files + manifest.json
     runs/<run_id>/checkpoints.json                  the committed index (atomic)
+    runs/<run_id>/logs/rank-<r>/attempt-<a>/        a rank's output: <seq>.jsonl chunks, then done
     names/<run name>.json                           newest run id of that name
     datasets/<sha256>/data.parquet                  uploads, content-addressed
 """
@@ -37,6 +38,17 @@ RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 # Ranks other than 0 upload a checkpoint under this prefix; the commit merges their files in.
 RANK_STAGING_PREFIX = ".rank-staging-"
 _CHUNK = 1 << 20
+
+# Workers' output: each rank and attempt writes numbered chunks of JSON lines, each chunk written
+# whole, and a ``done`` file when its output has ended. A chunk is never changed once written, so
+# a reader that remembers the chunk and line it got to resumes exactly there, on any coordinator.
+LOGS_DIR = "logs"
+LOG_DONE_NAME = "done"
+LOG_CHUNK_NAME = re.compile(r"^(\d{8})\.jsonl$")
+_LOG_RANK_DIR = re.compile(r"^rank-(\d{1,6})$")
+_LOG_ATTEMPT_DIR = re.compile(r"^attempt-(\d{1,6})$")
+# A longer line is split: a reader never holds more than this per line.
+MAX_LOG_LINE_CHARS = 64 * 1024
 
 # A plain path component: no separators, no "." or "..", nothing a filesystem treats specially.
 _COMPONENT = re.compile(r"^(?!\.{1,2}$)[A-Za-z0-9._-]{1,128}$")
@@ -81,6 +93,28 @@ def relative_to(path: str, src: str) -> str:
     if not is_relative_path(rel):
         raise DataLossError(f"{path!r} is not a plain relative path below {src!r}; refusing to copy it")
     return rel
+
+
+def log_chunk_name(seq: int) -> str:
+    """The file name of chunk ``seq`` of a log stream."""
+    return f"{seq:08d}.jsonl"
+
+
+def log_stream_dir(run_dir: str, rank: int, attempt: int) -> str:
+    """Where one rank's output of one attempt is written, in the run's directory."""
+    return f"{run_dir}/{LOGS_DIR}/rank-{rank}/attempt-{attempt}"
+
+
+def parse_log_rank_dir(name: str) -> int | None:
+    """The rank a ``rank-<r>`` directory of the logs holds, or None for another name."""
+    m = _LOG_RANK_DIR.match(name)
+    return int(m.group(1)) if m else None
+
+
+def parse_log_attempt_dir(name: str) -> int | None:
+    """The attempt an ``attempt-<a>`` directory of a rank's logs holds, or None for another name."""
+    m = _LOG_ATTEMPT_DIR.match(name)
+    return int(m.group(1)) if m else None
 
 
 @dataclass(frozen=True)

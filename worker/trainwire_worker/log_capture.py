@@ -4,7 +4,7 @@
 attempt; a shipper process of its own (``serve``, this module run as a script) reads them.
 Because the shipper is another process, a line the loop wrote before it was SIGKILLed or
 crashed is still in the pipe: it is read at end of file and written with the rest. Lines go to
-the store in numbered chunks (``trainwire_core.run_logs``), at most ``FLUSH_S`` apart, and a
+the store in numbered chunks (``trainwire_core.storage``'s log layout), at most ``FLUSH_S`` apart, and a
 ``done`` file ends the stream. The lines are not copied to Ray's worker log files: Ray's log
 monitor would read each again and send it to the coordinator's console, which costs the
 training loop's host CPU for output nobody reads there.
@@ -31,8 +31,14 @@ import sys
 import threading
 import time
 
-from trainwire_core.run_logs import CHUNK_NAME, DONE_NAME, MAX_LINE_CHARS, chunk_name, stream_dir
-from trainwire_core.storage import Store
+from trainwire_core.storage import (
+    LOG_CHUNK_NAME,
+    LOG_DONE_NAME,
+    MAX_LOG_LINE_CHARS,
+    Store,
+    log_chunk_name,
+    log_stream_dir,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -49,7 +55,7 @@ class ChunkWriter:
         self.store, self.directory, self.max_bytes = store, directory, max_bytes
         # Chunks are never rewritten: a stream started again (the same rank and attempt on a
         # new process) goes on after what is there.
-        existing = [int(m.group(1)) for n in store.list_dir(directory) if (m := CHUNK_NAME.match(n))]
+        existing = [int(m.group(1)) for n in store.list_dir(directory) if (m := LOG_CHUNK_NAME.match(n))]
         self.seq = max(existing, default=0)
         self.kept: list[tuple[int, int]] = []  # (seq, bytes) of the chunks still stored
         self.records: list[bytes] = []
@@ -65,17 +71,17 @@ class ChunkWriter:
             return
         self.seq += 1
         data = b"".join(self.records)
-        self.store.write_bytes(f"{self.directory}/{chunk_name(self.seq)}", data)
+        self.store.write_bytes(f"{self.directory}/{log_chunk_name(self.seq)}", data)
         self.records, self.size = [], 0
         self.kept.append((self.seq, len(data)))
         # Rotation: the oldest chunks go once the stream holds more than max_bytes (the newest stays).
         while self.max_bytes and len(self.kept) > 1 and sum(n for _, n in self.kept) > self.max_bytes:
             seq, _ = self.kept.pop(0)
-            self.store.fs.delete_file(f"{self.directory}/{chunk_name(seq)}")
+            self.store.fs.delete_file(f"{self.directory}/{log_chunk_name(seq)}")
 
     def done(self) -> None:
         self.flush()
-        self.store.write_json(f"{self.directory}/{DONE_NAME}", {"chunks": self.seq})
+        self.store.write_json(f"{self.directory}/{LOG_DONE_NAME}", {"chunks": self.seq})
 
 
 class Segments:
@@ -101,9 +107,9 @@ class Segments:
             return
         for line in lines:
             text = line.decode("utf-8", errors="replace").rstrip("\r")
-            for start in range(0, max(len(text), 1), MAX_LINE_CHARS):
-                self.writer.add(now, self.streams[fd], text[start : start + MAX_LINE_CHARS])
-        if len(self.partial[fd]) > 4 * MAX_LINE_CHARS:  # a line with no end: keep it bounded
+            for start in range(0, max(len(text), 1), MAX_LOG_LINE_CHARS):
+                self.writer.add(now, self.streams[fd], text[start : start + MAX_LOG_LINE_CHARS])
+        if len(self.partial[fd]) > 4 * MAX_LOG_LINE_CHARS:  # a line with no end: keep it bounded
             self.writer.add(now, self.streams[fd], self.partial[fd].decode("utf-8", errors="replace"))
             self.partial[fd] = b""
 
@@ -264,7 +270,7 @@ class LogCapture:
     def __init__(self, store: Store, run_id: str, rank: int, attempt: int, max_bytes: int) -> None:
         self.spec = {
             "store_uri": store.uri_of(store.root),
-            "directory": stream_dir(store.run_dir(run_id), rank, attempt),
+            "directory": log_stream_dir(store.run_dir(run_id), rank, attempt),
             "max_bytes": max_bytes,
         }
         self.shipper: Shipper | None = None
