@@ -4,8 +4,8 @@ The coordinator places one actor per rank of the class the worker runtime regist
 in the ``trainwire.worker_runtime`` entry-point group (as ``actor``; the coordinator's
 placement finds it), calls ``check_framework(name)`` on each, then ``run(WorkerRun)``. The
 actor finds the framework's training function in its own registry
-(``trainwire.worker_backends``), and offers ``free_port()`` to the functions the
-coordinator's backends run on it.
+(``trainwire.worker_backends``), and runs the functions the coordinator's backends send it
+(``execute``) as ``fn(actor, *args)``.
 """
 
 from __future__ import annotations

@@ -9,9 +9,9 @@ from types import SimpleNamespace
 import pytest
 
 from trainwire.torch import TorchConfig, TorchTrainer
+from trainwire_coordinator.backends.base import free_port
 from trainwire_coordinator.backends.torch import TorchBackend, _destroy_process_group, _setup_process_group
 from trainwire_core.errors import InvalidArgumentError
-from trainwire_worker.backends.base import free_port
 
 dist = pytest.importorskip("torch.distributed")
 
@@ -20,7 +20,7 @@ dist = pytest.importorskip("torch.distributed")
 def test_each_init_method_starts_a_process_group(init_method, monkeypatch):
     for name in ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"):
         monkeypatch.delenv(name, raising=False)
-    port = free_port()
+    port = free_port(None)
     try:
         _setup_process_group(None, "127.0.0.1", port, 0, 1, 0, 1, "gloo", 30, init_method)
         assert dist.is_initialized() and dist.get_world_size() == 1

@@ -46,8 +46,8 @@ def test_each_row_names_classes_that_agree_with_it(declared):
 def test_the_worker_and_the_coordinator_each_have_their_half(declared):
     from trainwire_coordinator.backends import CoordinatorBackend
     from trainwire_coordinator.backends import get_backend as coordinator_half
-    from trainwire_worker.backends import WorkerBackend
-    from trainwire_worker.backends import get_backend as worker_half
+    from trainwire_worker.actor import WorkerBackend
+    from trainwire_worker.actor import get_backend as worker_half
 
     worker, coordinator = worker_half(declared.name), coordinator_half(declared.name)
     assert isinstance(worker, WorkerBackend) and worker.framework is declared and declared.module
@@ -57,8 +57,8 @@ def test_the_worker_and_the_coordinator_each_have_their_half(declared):
 def test_the_coordinator_registers_every_framework_and_the_worker_only_those_with_code_of_their_own():
     from importlib.metadata import entry_points
 
-    from trainwire_worker.backends import get_backend as worker_half
-    from trainwire_worker.backends.base import DataParallelBackend
+    from trainwire_worker.actor import DataParallelBackend
+    from trainwire_worker.actor import get_backend as worker_half
 
     coordinator = sorted(ep.name for ep in entry_points(group=frameworks.COORDINATOR_BACKENDS_GROUP))
     assert coordinator == frameworks.names()
@@ -71,7 +71,7 @@ def test_the_coordinator_registers_every_framework_and_the_worker_only_those_wit
 @pytest.mark.parametrize("side", ["worker", "coordinator"])
 def test_an_unknown_framework_is_refused_naming_the_field(side):
     from trainwire_coordinator.backends import get_backend as coordinator_half
-    from trainwire_worker.backends import get_backend as worker_half
+    from trainwire_worker.actor import get_backend as worker_half
 
     with pytest.raises(InvalidArgumentError) as info:
         (worker_half if side == "worker" else coordinator_half)("caffe")

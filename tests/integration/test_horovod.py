@@ -260,7 +260,7 @@ def test_a_missing_horovod_names_the_build_script_not_pip(monkeypatch):
     import importlib.util
 
     from trainwire_core.errors import FrameworkNotInstalledError
-    from trainwire_worker.backends import get_backend
+    from trainwire_worker.actor import get_backend
 
     backend = get_backend("horovod")
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)

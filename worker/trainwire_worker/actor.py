@@ -1,9 +1,19 @@
-"""The Ray actor that runs one rank of a run."""
+"""The Ray actor that runs one rank of a run, and what it runs there: a framework's worker half.
+
+What a framework needs on a worker (its module and package) is its ``Framework`` declaration's.
+Frameworks with worker code of their own (the declarative trainers, ``trainwire_worker.backends``)
+register a ``WorkerBackend`` in the ``trainwire.worker_backends`` entry-point group; every other
+framework runs the user's loop in a ``DataParallelBackend`` made from its declaration. The
+coordinator's half (validation, rendezvous, environment) lives with the coordinator.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
+import importlib
+import inspect
 import logging
 import os
 import posixpath
@@ -12,6 +22,7 @@ import tempfile
 import threading
 import traceback
 from collections.abc import Callable, Iterator
+from importlib.metadata import entry_points
 from typing import Any
 
 import cloudpickle
@@ -19,16 +30,116 @@ import cloudpickle
 from trainwire.checkpoint import Checkpoint
 from trainwire.config import SyncConfig
 from trainwire.train.session import set_session
+from trainwire_core.errors import InvalidArgumentError
+from trainwire_core.frameworks import WORKER_BACKENDS_GROUP, Framework, get_framework, require_installed
 from trainwire_core.storage import RETURN_VALUE_MAX_BYTES, RETURN_VALUE_NAME, Store
+from trainwire_core.structs import merge_dicts, struct_to_dict
 from trainwire_core.v1 import common_pb2, coordinator_pb2, worker_reports_pb2
 from trainwire_core.worker_runtime import WorkerRun
 from trainwire_worker.artifacts import ArtifactSyncer
-from trainwire_worker.backends import get_backend
-from trainwire_worker.backends.base import free_port
 from trainwire_worker.log_capture import LogCapture, worker_shipper
 from trainwire_worker.report_client import ReportStreamClient
 from trainwire_worker.runtime_env import activated, prepare
 from trainwire_worker.session import WorkerSession
+
+# --- a framework's worker half -----------------------------------------------------------
+
+
+class WorkerBackend:
+    """What a worker runs for one framework: its declaration, and the training function.
+
+    Subclasses implement ``train``; ``get_backend`` makes one for a framework.
+    """
+
+    def __init__(self, framework: Framework) -> None:
+        self.framework = framework
+
+    @property
+    def name(self) -> str:
+        return self.framework.name
+
+    def check_installed(self) -> None:
+        """Raises FrameworkNotInstalledError, with the install hint, when this host lacks the framework's module."""
+        fw = self.framework
+        if fw.module:
+            require_installed(fw.module, fw.name, fw.package, fw.install)
+
+    @staticmethod
+    def train(worker: TrainWorker, request: coordinator_pb2.FitRequest) -> None:
+        """Runs on every worker, inside the session."""
+        raise NotImplementedError
+
+
+def load_entry_point(entry_point: str) -> Callable[..., Any]:
+    """Imports ``package.module:function``."""
+    module, sep, attr = entry_point.partition(":")
+    if not sep or not module or not attr:
+        raise InvalidArgumentError(
+            f"entry point must look like 'package.module:function', got {entry_point!r}",
+            field="data_parallel.train_loop.entry_point",
+        )
+    fn = importlib.import_module(module)
+    for part in attr.split("."):
+        fn = getattr(fn, part)
+    return fn  # type: ignore[return-value]
+
+
+def load_train_loop(spec: coordinator_pb2.DataParallelSpec) -> tuple[Callable[..., Any], dict[str, Any]]:
+    """The user's loop and its config, from pickled bytes or an entry point."""
+    source = spec.train_loop.WhichOneof("source")
+    fn = cloudpickle.loads(spec.train_loop.pickled_function) if source == "pickled_function" else None
+    if source == "entry_point":
+        fn = load_entry_point(spec.train_loop.entry_point)
+    if fn is None:
+        raise InvalidArgumentError("data_parallel.train_loop is required", field="data_parallel.train_loop")
+    if spec.pickled_train_loop_config:
+        config = cloudpickle.loads(spec.pickled_train_loop_config)
+    else:
+        config = struct_to_dict(spec.train_loop_config)
+    if spec.HasField("config_overrides"):  # a search trial's parameters
+        config = merge_dicts(config or {}, struct_to_dict(spec.config_overrides))
+    return fn, config
+
+
+def run_train_loop(worker: TrainWorker, request: coordinator_pb2.FitRequest) -> Any:
+    """Calls ``train_loop_per_worker(config)`` (or with no argument if it takes none); returns its return."""
+    fn, config = load_train_loop(request.data_parallel)
+    if inspect.signature(fn).parameters:
+        return fn(config)
+    return fn()
+
+
+class DataParallelBackend(WorkerBackend):
+    """Runs the user's loop on every worker, for any framework whose declaration is all it needs.
+
+    Torch, TensorFlow, Horovod, JAX, HuggingFace and a bare DataParallelTrainer: the coordinator's
+    half sets the framework up (process group, ``TF_CONFIG``, ...); here the loop runs.
+    """
+
+    train = staticmethod(run_train_loop)
+
+
+@functools.cache
+def backend_class(name: str) -> type[WorkerBackend]:
+    """The class a distribution registered for framework ``name``; else the user's loop, run as it is."""
+    found = entry_points(group=WORKER_BACKENDS_GROUP, name=name)
+    return next(iter(found)).load() if found else DataParallelBackend
+
+
+def get_backend(name: str, *, check_installed: bool = False) -> WorkerBackend:
+    """The worker half of the framework declared as ``name``.
+
+    Raises:
+        InvalidArgumentError: Unknown framework (field ``framework``).
+        FrameworkNotInstalledError: ``check_installed`` and its package is missing.
+    """
+    backend = backend_class(name)(get_framework(name))
+    if check_installed:
+        backend.check_installed()
+    return backend
+
+
+# --- the actor --------------------------------------------------------------------------
 
 # The loggers RunConfig(logging_config=LoggingConfig(log_level=...)) sets on the workers, as Ray Train's.
 TRAIN_LOGGERS = ("ray.train", "trainwire.train")
@@ -100,9 +211,6 @@ class TrainWorker:
     def __init__(self) -> None:
         # Backends keep per-process state here (process groups, trackers).
         self.state: dict[str, Any] = {}
-        # A plain function, not an actor method: a backend's set-up calls it without coming back
-        # through the actor (Ray wraps each method of an actor class).
-        self.free_port: Callable[[], int] = free_port
         # The log shipper starts while the group is being set up, not in the first run.
         threading.Thread(target=worker_shipper, name="trainwire-log-shipper", daemon=True).start()
 

@@ -23,7 +23,7 @@ class WorkerGroup(Protocol):
     """What a backend sees of a run's worker group (``placement.WorkerGroup``).
 
     Functions sent with ``execute*`` run on each worker as ``fn(worker, *args)``; ``worker``
-    is the worker runtime's actor, with ``state`` (a dict kept for the process) and ``free_port()``.
+    is the worker runtime's actor, with ``state`` (a dict kept for the process).
     """
 
     actors: list[Any]
@@ -36,6 +36,19 @@ class WorkerGroup(Protocol):
     async def execute_single(self, rank: int, fn: Callable[..., Any], *args: Any) -> Any: ...
 
     async def execute_each(self, fn: Callable[..., Any], args_by_rank: list[tuple[Any, ...]]) -> list[Any]: ...
+
+
+def free_port(worker: Any) -> int:
+    """A TCP port free on the worker's host now, where a framework's rendezvous listens.
+
+    Sent to the workers (``group.execute(free_port)``), as the rest of a framework's set-up is;
+    it needs nothing of the worker's actor.
+    """
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("", 0))
+        return s.getsockname()[1]
 
 
 class CoordinatorBackend:

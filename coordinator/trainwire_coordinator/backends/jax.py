@@ -14,7 +14,7 @@ import os
 from typing import Any
 
 from trainwire.jax.framework import FRAMEWORK
-from trainwire_coordinator.backends.base import DataParallelBackend, WorkerGroup
+from trainwire_coordinator.backends.base import DataParallelBackend, WorkerGroup, free_port
 from trainwire_core.structs import struct_to_dict
 from trainwire_core.v1 import coordinator_pb2
 
@@ -72,7 +72,7 @@ class JaxBackend(DataParallelBackend):
     async def on_start(self, group: WorkerGroup, request: coordinator_pb2.FitRequest) -> None:
         options = struct_to_dict(request.data_parallel.backend_config)
         timeout_s = int(options.get("timeout_s", 300))
-        port = await group.execute_single(0, lambda w: w.free_port())
+        port = await group.execute_single(0, free_port)
         address = f"{_host(group.metas[0].node_ip)}:{port}"
         # initialize blocks until every process has joined: all ranks at once.
         await group.execute_each(_initialize, [(address, len(group), m.world_rank, timeout_s) for m in group.metas])

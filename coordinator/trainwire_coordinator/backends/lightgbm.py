@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from trainwire.lightgbm.framework import FRAMEWORK
-from trainwire_coordinator.backends.base import DataParallelBackend, WorkerGroup
+from trainwire_coordinator.backends.base import DataParallelBackend, WorkerGroup, free_port
 from trainwire_coordinator.backends.gbdt import GBDTBackend
 from trainwire_core.v1 import coordinator_pb2
 
@@ -20,7 +20,7 @@ def _set_network(worker: Any, network: dict[str, Any]) -> None:
 
 async def set_up_network(group: WorkerGroup) -> None:
     """Gives every worker a listening port of its own and the list of all workers' addresses."""
-    ports = await group.execute(lambda w: w.free_port())
+    ports = await group.execute(free_port)
     machines = ",".join(f"{m.node_ip}:{port}" for m, port in zip(group.metas, ports))
     await group.execute_each(
         _set_network,

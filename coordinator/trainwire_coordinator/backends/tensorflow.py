@@ -7,7 +7,7 @@ import os
 from typing import Any
 
 from trainwire.tensorflow.framework import FRAMEWORK
-from trainwire_coordinator.backends.base import DataParallelBackend, WorkerGroup
+from trainwire_coordinator.backends.base import DataParallelBackend, WorkerGroup, free_port
 from trainwire_core.v1 import coordinator_pb2
 
 
@@ -39,7 +39,7 @@ class TensorflowBackend(DataParallelBackend):
         return {"TF_USE_LEGACY_KERAS": "1", "TF_CPP_MIN_LOG_LEVEL": "2"}
 
     async def on_start(self, group: WorkerGroup, request: coordinator_pb2.FitRequest) -> None:
-        ports = await group.execute(lambda w: w.free_port())
+        ports = await group.execute(free_port)
         addresses = [f"{_host(meta.node_ip)}:{port}" for meta, port in zip(group.metas, ports)]
         await group.execute_each(_set_tf_config, [(tf_config(addresses, m.world_rank),) for m in group.metas])
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from trainwire.huggingface.framework import FRAMEWORK as HUGGINGFACE
 from trainwire.torch.framework import FRAMEWORK
-from trainwire_coordinator.backends.base import DataParallelBackend, WorkerGroup
+from trainwire_coordinator.backends.base import DataParallelBackend, WorkerGroup, free_port
 from trainwire_core.errors import InvalidArgumentError
 from trainwire_core.structs import struct_to_dict
 from trainwire_core.v1 import coordinator_pb2
@@ -69,7 +69,7 @@ class TorchBackend(DataParallelBackend):
                 field="data_parallel.backend_config.init_method",
             )
         master_addr = group.metas[0].node_ip
-        master_port = await group.execute_single(0, lambda w: w.free_port())
+        master_port = await group.execute_single(0, free_port)
         await group.execute_each(
             _setup_process_group,
             [

@@ -23,10 +23,10 @@ from trainwire.rllib.settings import settings_of
 from trainwire_core.errors import InvalidArgumentError
 from trainwire_core.structs import struct_to_dict
 from trainwire_core.v1 import coordinator_pb2
-from trainwire_worker.backends.base import WorkerBackend
+from trainwire_worker.actor import WorkerBackend
 
 if TYPE_CHECKING:
-    from trainwire_worker.backends.base import TrainWorker
+    from trainwire_worker.actor import TrainWorker
 
 # Summary metrics of result["env_runners"] reported at the top level.
 _ENV_RUNNER_METRICS = (

@@ -16,13 +16,11 @@ from trainwire.sklearn.framework import FRAMEWORK
 from trainwire_core.errors import InvalidArgumentError
 from trainwire_core.structs import struct_to_dict
 from trainwire_core.v1 import coordinator_pb2
-from trainwire_worker.backends.base import (
-    WorkerBackend,
-    write_model_metadata,
-)
+from trainwire_worker.actor import WorkerBackend
+from trainwire_worker.backends import write_model_metadata
 
 if TYPE_CHECKING:
-    from trainwire_worker.backends.base import TrainWorker
+    from trainwire_worker.actor import TrainWorker
 
 MODEL_FILENAME = FRAMEWORK.model_file
 

@@ -17,11 +17,12 @@ from trainwire import train
 from trainwire.xgboost.framework import FRAMEWORK
 from trainwire_core.structs import struct_to_dict
 from trainwire_core.v1 import coordinator_pb2
-from trainwire_worker.backends.base import WorkerBackend, run_train_loop, write_model_metadata
+from trainwire_worker.actor import WorkerBackend, run_train_loop
+from trainwire_worker.backends import write_model_metadata
 from trainwire_worker.backends.gbdt import checkpoint_due, report_round, resume_point
 
 if TYPE_CHECKING:
-    from trainwire_worker.backends.base import TrainWorker
+    from trainwire_worker.actor import TrainWorker
 
 MODEL_FILENAME = FRAMEWORK.model_file
 
