@@ -152,6 +152,7 @@ class PredictorServer:
                 settings.generate_max_waiting_per_tenant,
                 settings.generate_prefix_cache_bytes,
                 settings.generate_lora_bytes,
+                settings.generate_pack_weights,
             ),
         )
         if self.metrics is not None:

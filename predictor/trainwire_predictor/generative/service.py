@@ -161,6 +161,7 @@ class TextGenerator:
                     threads=self.limits.threads,
                     max_waiting_per_tenant=self.limits.max_waiting_per_tenant,
                     prefix_cache_bytes=self.limits.prefix_cache_bytes,
+                    pack_weights=self.limits.pack_weights,
                 )
                 self._engines[model.ref.key] = (model.ref, model.generation_engine)
         return model.generation_engine
