@@ -39,3 +39,40 @@ def tiny_gpt2(tokenizer: Any, n_positions: int = 128, seed: int = 0, n_layer: in
         eos_token_id=eos,
     )
     return GPT2LMHeadModel(config).eval()
+
+
+# The id-level tests' vocabulary: prompts are lists of ids, answers are compared as ids.
+ID_VOCAB = 101
+
+
+class IdTokenizer:
+    """A tokenizer of ids only (the engine's tests feed ids and compare ids): decoding spells them."""
+
+    eos_token_id = None
+
+    def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
+        return " ".join(map(str, ids))
+
+
+def wide_random_gpt2(n_positions: int) -> Any:
+    """An untrained 2-layer GPT-2 over ``ID_VOCAB`` ids, with no end token, in eval mode.
+
+    Wide initial weights make a random model whose greedy picks vary (not one token repeated).
+    """
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    config = GPT2Config(
+        vocab_size=ID_VOCAB,
+        n_positions=n_positions,
+        n_embd=64,
+        n_layer=2,
+        n_head=4,
+        initializer_range=0.3,
+        bos_token_id=0,
+    )
+    config.eos_token_id = 0
+    lm = GPT2LMHeadModel(config).eval()
+    lm.generation_config.eos_token_id = None
+    return lm

@@ -13,33 +13,14 @@ import random
 from typing import Any
 
 import pytest
+from language_model import ID_VOCAB, IdTokenizer, wide_random_gpt2
 
 pytestmark = pytest.mark.timeout(120)
-
-VOCAB = 101
-
-
-class _Tokenizer:
-    eos_token_id = None
-
-    def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
-        return " ".join(map(str, ids))
 
 
 @pytest.fixture
 def model() -> Any:
-    import torch
-    from transformers import GPT2Config, GPT2LMHeadModel
-
-    torch.manual_seed(0)
-    # Wide initial weights: a random model whose greedy picks vary (not one token repeated).
-    config = GPT2Config(
-        vocab_size=VOCAB, n_positions=512, n_embd=64, n_layer=2, n_head=4, initializer_range=0.3, bos_token_id=0
-    )
-    config.eos_token_id = 0
-    lm = GPT2LMHeadModel(config).eval()
-    lm.generation_config.eos_token_id = None
-    return lm
+    return wide_random_gpt2(n_positions=512)
 
 
 def _expected(model: Any, prompt: list[int], max_tokens: int) -> list[int]:
@@ -67,12 +48,12 @@ def test_a_burst_batched_and_mixed_answers_as_generate_alone(model: Any) -> None
     from trainwire_predictor.generative.packed import available
 
     rng = random.Random(3)
-    requests = [([rng.randrange(1, VOCAB) for _ in range(n)], m) for n, m in [(5, 12), (1, 3), (40, 20), (9, 7)]]
-    requests += [([rng.randrange(1, VOCAB) for _ in range(n)], m) for n, m in [(90, 6), (2, 30), (17, 9), (70, 80)]]
+    requests = [([rng.randrange(1, ID_VOCAB) for _ in range(n)], m) for n, m in [(5, 12), (1, 3), (40, 20), (9, 7)]]
+    requests += [([rng.randrange(1, ID_VOCAB) for _ in range(n)], m) for n, m in [(90, 6), (2, 30), (17, 9), (70, 80)]]
     # transformers' own answers, before the engine packs the model's weights.
     expected = [_expected(model, prompt, max_tokens) for prompt, max_tokens in requests]
     expected += [_expected(model, requests[1][0], 40), _expected(model, requests[4][0], 10)]
-    engine = GenerationEngine(model, _Tokenizer(), max_batch=3, threads=1)
+    engine = GenerationEngine(model, IdTokenizer(), max_batch=3, threads=1)
     try:
         got = _burst(engine, requests)
         assert got == expected[: len(requests)]
@@ -94,7 +75,7 @@ def test_a_burst_batched_and_mixed_answers_as_generate_alone(model: Any) -> None
     finally:
         engine.close(5)
     # All 8 admitted at once: 234 prompt tokens, prefilled in passes of at most PREFILL_TOKENS.
-    wide = GenerationEngine(model, _Tokenizer(), max_batch=8, threads=1)
+    wide = GenerationEngine(model, IdTokenizer(), max_batch=8, threads=1)
     try:
         assert sum(len(p) for p, _ in requests) > 128
         assert _burst(wide, requests) == expected[: len(requests)]
@@ -106,10 +87,10 @@ def test_a_burst_sharing_a_new_prefix_prefills_it_once(model: Any) -> None:
     from trainwire_predictor.generative.engine import GenerationEngine
 
     rng = random.Random(5)
-    system = [rng.randrange(1, VOCAB) for _ in range(80)]  # 5 blocks of 16
-    requests = [(system + [rng.randrange(1, VOCAB) for _ in range(n)], 8) for n in (3, 7, 1, 12, 5)]
+    system = [rng.randrange(1, ID_VOCAB) for _ in range(80)]  # 5 blocks of 16
+    requests = [(system + [rng.randrange(1, ID_VOCAB) for _ in range(n)], 8) for n in (3, 7, 1, 12, 5)]
     expected = [_expected(model, prompt, max_tokens) for prompt, max_tokens in requests]
-    cached = GenerationEngine(model, _Tokenizer(), max_batch=8, threads=1, prefix_cache_bytes=64 << 20)
+    cached = GenerationEngine(model, IdTokenizer(), max_batch=8, threads=1, prefix_cache_bytes=64 << 20)
     try:
         got = _burst(cached, requests)
         # The first prompt computes the 5 blocks; the other 4 find them (same round, after its pass).

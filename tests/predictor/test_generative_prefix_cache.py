@@ -11,33 +11,14 @@ import asyncio
 from typing import Any
 
 import pytest
+from language_model import ID_VOCAB, IdTokenizer, wide_random_gpt2
 
 pytestmark = pytest.mark.timeout(120)
-
-VOCAB = 101
-
-
-class _Tokenizer:
-    eos_token_id = None
-
-    def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
-        return " ".join(map(str, ids))
 
 
 @pytest.fixture(scope="module")
 def model() -> Any:
-    import torch
-    from transformers import GPT2Config, GPT2LMHeadModel
-
-    torch.manual_seed(0)
-    # Wide initial weights: a random model whose greedy picks vary (not one token repeated).
-    config = GPT2Config(
-        vocab_size=VOCAB, n_positions=256, n_embd=64, n_layer=2, n_head=4, initializer_range=0.3, bos_token_id=0
-    )
-    config.eos_token_id = 0
-    lm = GPT2LMHeadModel(config).eval()
-    lm.generation_config.eos_token_id = None
-    return lm
+    return wide_random_gpt2(n_positions=256)
 
 
 def _generate(engine: Any, prompts: list[list[int]], max_tokens: int = 16) -> list[list[tuple[int, float]]]:
@@ -58,8 +39,8 @@ def _prompts() -> list[list[int]]:
     import random
 
     rng = random.Random(7)
-    system = [rng.randrange(1, VOCAB) for _ in range(70)]
-    tails = [[rng.randrange(1, VOCAB) for _ in range(n)] for n in (5, 1, 26, 10)]
+    system = [rng.randrange(1, ID_VOCAB) for _ in range(70)]
+    tails = [[rng.randrange(1, ID_VOCAB) for _ in range(n)] for n in (5, 1, 26, 10)]
     return [
         system + tails[0],
         system + tails[1],
@@ -74,8 +55,8 @@ def test_greedy_output_is_the_same_with_and_without_the_cache(model: Any) -> Non
     from trainwire_predictor.generative.engine import GenerationEngine
 
     prompts = _prompts()
-    cached = GenerationEngine(model, _Tokenizer(), max_batch=4, threads=1, prefix_cache_bytes=64 << 20)
-    plain = GenerationEngine(model, _Tokenizer(), max_batch=4, threads=1)
+    cached = GenerationEngine(model, IdTokenizer(), max_batch=4, threads=1, prefix_cache_bytes=64 << 20)
+    plain = GenerationEngine(model, IdTokenizer(), max_batch=4, threads=1)
     try:
         with_cache = _generate(cached, prompts)
         without = _generate(plain, prompts)
@@ -98,7 +79,7 @@ def test_greedy_output_is_the_same_with_and_without_the_cache(model: Any) -> Non
 def test_a_scored_prompt_is_prefilled_whole_and_still_cached(model: Any) -> None:
     from trainwire_predictor.generative.engine import GenerationEngine, SamplingParams
 
-    engine = GenerationEngine(model, _Tokenizer(), threads=1, prefix_cache_bytes=64 << 20)
+    engine = GenerationEngine(model, IdTokenizer(), threads=1, prefix_cache_bytes=64 << 20)
     prompt = _prompts()[0]
 
     async def go() -> Any:
@@ -144,7 +125,7 @@ def test_one_tenant_never_reuses_another_tenants_prefix(model: Any) -> None:
     """Blocks are kept per tenant: another token's caller cannot time whether a prefix was seen."""
     from trainwire_predictor.generative.engine import GenerationEngine, SamplingParams
 
-    engine = GenerationEngine(model, _Tokenizer(), threads=1, prefix_cache_bytes=64 << 20)
+    engine = GenerationEngine(model, IdTokenizer(), threads=1, prefix_cache_bytes=64 << 20)
     prompt = _prompts()[0]
 
     async def one(tenant: str) -> None:
