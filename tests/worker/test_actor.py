@@ -44,3 +44,37 @@ def test_the_runs_log_level_sets_the_train_loggers():
     finally:
         for name, level in before.items():
             logging.getLogger(name).setLevel(level)
+
+
+class _SpiedEnviron(dict):
+    """A process environment that records each variable set or removed."""
+
+    def __init__(self, values: dict[str, str]) -> None:
+        super().__init__(values)
+        self.touched: list[tuple[str, str]] = []
+
+    def __setitem__(self, name: str, value: str) -> None:
+        self.touched.append(("set", name))
+        super().__setitem__(name, value)
+
+    def __delitem__(self, name: str) -> None:
+        self.touched.append(("unset", name))
+        super().__delitem__(name)
+
+    def clear(self) -> None:
+        self.touched.extend(("unset", name) for name in self)
+        super().clear()
+
+
+def test_the_environment_is_put_back_touching_only_the_variables_a_run_changed(monkeypatch):
+    # Unsetting a variable another thread reads (Ray's, the libraries') crashes it in getenv.
+    import os
+
+    from trainwire_worker.actor import restore_environ
+
+    saved = {"KEPT": "1", "CHANGED": "before", "REMOVED": "x"}
+    spied = _SpiedEnviron({"KEPT": "1", "CHANGED": "after", "ADDED": "y"})
+    monkeypatch.setattr(os, "environ", spied)
+    restore_environ(saved)
+    assert dict(spied) == saved
+    assert sorted(spied.touched) == [("set", "CHANGED"), ("set", "REMOVED"), ("unset", "ADDED")]

@@ -164,9 +164,21 @@ def process_restored() -> Iterator[None]:
         yield
     finally:
         os.chdir(saved_cwd)
-        os.environ.clear()
-        os.environ.update(saved_env)
+        restore_environ(saved_env)
         sys.path[:] = saved_path
+
+
+def restore_environ(saved: dict[str, str]) -> None:
+    """Puts the process's variables back as ``saved``, touching only those that differ.
+
+    Clearing the environment and filling it again would unset every variable for a moment, while
+    Ray's and the libraries' own threads read them (``getenv``): they crash on what was freed.
+    """
+    for name in [name for name in os.environ if name not in saved]:
+        del os.environ[name]
+    for name, value in saved.items():
+        if os.environ.get(name) != value:
+            os.environ[name] = value
 
 
 def write_return_value(store: Store, run_id: str, value: Any) -> None:

@@ -157,8 +157,12 @@ def prepare(store: Store, env: common_pb2.RuntimeEnv, on_status: Callable[[str],
 
 @contextlib.contextmanager
 def activated(prepared: PreparedEnv) -> Iterator[None]:
-    """Runs the body in the environment, then puts the worker process back as it was."""
-    saved_path, saved_cwd, saved_env = list(sys.path), os.getcwd(), dict(os.environ)
+    """Runs the body in the environment, then forgets the modules it brought.
+
+    The caller puts ``sys.path``, the working directory and the variables back
+    (``trainwire_worker.actor.process_restored``).
+    """
+    saved_path = list(sys.path)
     saved_modules = set(sys.modules)
     try:
         for site_dir in prepared.site_dirs:
@@ -172,10 +176,6 @@ def activated(prepared: PreparedEnv) -> Iterator[None]:
             os.chdir(prepared.working_dir)
         yield
     finally:
-        os.chdir(saved_cwd)
-        os.environ.clear()
-        os.environ.update(saved_env)
-        sys.path[:] = saved_path
         roots = tuple(os.path.join(p, "") for p in prepared.paths + prepared.site_dirs)
         if roots:
             # A later run may bring other versions of these modules: forget this run's.
