@@ -33,8 +33,9 @@ def registry(tmp_path_factory) -> dict[str, Any]:
     previous = mlflow.get_tracking_uri()
     mlflow.set_tracking_uri(uri)
     try:
-        mlflow.set_experiment(experiment_id=mlflow.create_experiment("e", artifact_location=str(root / "artifacts")))
-        with mlflow.start_run():
+        # No set_experiment: the active experiment is process-wide, and later tests use other servers.
+        experiment_id = mlflow.create_experiment("e", artifact_location=str(root / "artifacts"))
+        with mlflow.start_run(experiment_id=experiment_id):
             for depth in (1, 3):
                 model = xgboost.XGBClassifier(n_estimators=4, max_depth=depth).fit(x, y)
                 mlflow.xgboost.log_model(
