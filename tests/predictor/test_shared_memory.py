@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import uuid
+from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 import pytest
@@ -162,6 +165,28 @@ def test_inputs_and_outputs_in_shared_memory_answer_as_without(server, columns, 
         client.close()
 
 
+@contextlib.contextmanager
+def _registered_regions(client: Any, module: Any, columns: dict, key: str) -> Iterator[tuple[Any, np.ndarray]]:
+    """Input (the columns, back to back) and output regions registered on the server.
+
+    Yields the output region and the answer to the same rows sent plainly.
+    """
+    blob = list(columns.values())
+    in_size = sum(a.nbytes for a in blob)
+    region_in = shm.create_shared_memory_region("in", key, in_size)
+    region_out = shm.create_shared_memory_region("out", key + "-out", 8 * ROWS)
+    try:
+        expected = infer_plain(client, module, columns)
+        shm.set_shared_memory_region(region_in, blob)
+        client.register_system_shared_memory("in", key, in_size, headers=auth(ADMIN))
+        client.register_system_shared_memory("out", key + "-out", 8 * ROWS, headers=auth(ADMIN))
+        yield region_out, expected
+    finally:
+        client.unregister_system_shared_memory(headers=auth(ADMIN))
+        shm.destroy_shared_memory_region(region_in)
+        shm.destroy_shared_memory_region(region_out)
+
+
 @pytest.mark.parametrize("output_in_shm", [True, False])
 def test_a_grpc_request_with_tensors_in_shared_memory_is_answered_raw_one_entry_per_output(
     server, columns, key, output_in_shm
@@ -174,16 +199,8 @@ def test_a_grpc_request_with_tensors_in_shared_memory_is_answered_raw_one_entry_
     from trainwire_core.inference import grpc_service_pb2 as pb
     from trainwire_core.inference import grpc_service_pb2_grpc as pb_grpc
 
-    blob = list(columns.values())
-    in_size = sum(a.nbytes for a in blob)
-    region_in = shm.create_shared_memory_region("in", key, in_size)
-    region_out = shm.create_shared_memory_region("out", key + "-out", 8 * ROWS)
     client = grpcclient.InferenceServerClient(server.address)
-    try:
-        expected = infer_plain(client, grpcclient, columns)
-        shm.set_shared_memory_region(region_in, blob)
-        client.register_system_shared_memory("in", key, in_size, headers=auth(ADMIN))
-        client.register_system_shared_memory("out", key + "-out", 8 * ROWS, headers=auth(ADMIN))
+    with client, _registered_regions(client, grpcclient, columns, key) as (region_out, expected):
         # The smallest such request, as perf_analyzer sends it: no raw_input_contents at all.
         request = pb.ModelInferRequest(model_name=MODEL)
         offset = 0
@@ -211,27 +228,14 @@ def test_a_grpc_request_with_tensors_in_shared_memory_is_answered_raw_one_entry_
         else:
             got = np.frombuffer(response.raw_output_contents[0], dtype=np.float32)
         np.testing.assert_array_equal(got, expected)
-    finally:
-        client.unregister_system_shared_memory(headers=auth(ADMIN))
-        shm.destroy_shared_memory_region(region_in)
-        shm.destroy_shared_memory_region(region_out)
-        client.close()
 
 
 def test_a_rest_output_in_shared_memory_is_named_with_no_parameters_or_data(server, columns, key):
     """As Triton's HTTP answer: Triton's C++ client reads an output's ``parameters`` as ``binary_data_size``."""
     import urllib.request
 
-    blob = list(columns.values())
-    in_size = sum(a.nbytes for a in blob)
-    region_in = shm.create_shared_memory_region("in", key, in_size)
-    region_out = shm.create_shared_memory_region("out", key + "-out", 8 * ROWS)
     client = httpclient.InferenceServerClient(server.http_address)
-    try:
-        expected = infer_plain(client, httpclient, columns)
-        shm.set_shared_memory_region(region_in, blob)
-        client.register_system_shared_memory("in", key, in_size, headers=auth(ADMIN))
-        client.register_system_shared_memory("out", key + "-out", 8 * ROWS, headers=auth(ADMIN))
+    with client, _registered_regions(client, httpclient, columns, key) as (region_out, expected):
         inputs, offset = [], 0
         for name, arr in columns.items():
             params = {
@@ -255,11 +259,6 @@ def test_a_rest_output_in_shared_memory_is_named_with_no_parameters_or_data(serv
             doc = json.loads(answer.read())
         assert doc["outputs"] == [{"name": "predictions", "datatype": "FP32", "shape": [ROWS]}]
         np.testing.assert_array_equal(shm.get_contents_as_numpy(region_out, expected.dtype, expected.shape), expected)
-    finally:
-        client.unregister_system_shared_memory(headers=auth(ADMIN))
-        shm.destroy_shared_memory_region(region_in)
-        shm.destroy_shared_memory_region(region_out)
-        client.close()
 
 
 def _perf_analyzer_ready() -> bool:
