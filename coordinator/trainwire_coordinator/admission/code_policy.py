@@ -21,7 +21,6 @@ from collections.abc import Iterable, Sequence
 from importlib.metadata import entry_points
 from typing import Any
 
-from trainwire_core.auth import SUBMIT_CODE, Caller
 from trainwire_core.errors import InvalidArgumentError, NotFoundError, PermissionDeniedError
 from trainwire_core.manifest import is_code_trusted
 from trainwire_core.storage import Store
@@ -108,18 +107,16 @@ class CodePolicy:
         return self.store.path(rest) if rest else self.store.root
 
     # --- code ---------------------------------------------------------------
-    def check_code_names(self, request: coordinator_pb2.FitRequest, caller: Caller) -> None:
-        """Refuses the code a request names unless ``caller`` may run it.
+    def check_code_names(self, request: coordinator_pb2.FitRequest) -> None:
+        """Refuses the code a request names that a caller without submit-code may not run.
 
-        With submit-code anything goes. Without it: estimators from the allow-list only, entry points
-        that installed packages declare, RLlib settings without importable names, and a resume
-        checkpoint that trainwire or an authorised caller wrote.
+        With submit-code anything goes, and the admission does not ask. Without it: estimators from
+        the allow-list only, entry points that installed packages declare, RLlib settings without
+        importable names, and a resume checkpoint that trainwire or an authorised caller wrote.
 
         Raises:
             PermissionDeniedError: The request names code its caller may not run (the field is named).
         """
-        if SUBMIT_CODE in caller.scopes:
-            return
         trainer = request.WhichOneof("trainer")
         if trainer == "sklearn" and request.sklearn.WhichOneof("estimator") == "estimator_class":
             self._check_estimator(request.sklearn.estimator_class)

@@ -198,8 +198,8 @@ class FitChecks:
         backend = get_backend(request.framework)
         check_structs(request)
         self.check_paths(request)
-        if SUBMIT_CODE not in caller.scopes:  # the code policy is for callers without submit-code
-            self.code_policy.check_code_names(request, caller)
+        if SUBMIT_CODE not in caller.scopes:
+            self.code_policy.check_code_names(request)
         if not request.HasField("scaling_config"):
             request.scaling_config.num_workers = 1
         scaling_config = ScalingConfig.from_proto(request.scaling_config)
